@@ -1,0 +1,38 @@
+# Every dependency is a Debian package; a missing one stops the configure step with the package
+# name to install (scripts/setup.sh installs them all).
+function(kvflash_require pkg debian)
+  find_package(${pkg} ${ARGN} QUIET)
+  if(NOT ${pkg}_FOUND)
+    message(FATAL_ERROR "kvflash needs ${pkg}: install it with `apt-get install ${debian}` "
+                        "(or run scripts/setup.sh, which installs everything)")
+  endif()
+endfunction()
+
+find_package(Threads REQUIRED)
+kvflash_require(fmt libfmt-dev)
+kvflash_require(nlohmann_json nlohmann-json3-dev)
+kvflash_require(CLI11 libcli11-dev)
+if(KVFLASH_BUILD_TESTS)
+  kvflash_require(GTest "libgtest-dev libgmock-dev")
+endif()
+
+# CUDA: AUTO builds it when nvcc is found, ON requires it, OFF skips it.
+set(KVFLASH_HAS_CUDA OFF)
+if(NOT KVFLASH_CUDA STREQUAL "OFF")
+  include(CheckLanguage)
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    enable_language(CUDA)
+    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    find_package(CUDAToolkit REQUIRED)
+    set(KVFLASH_HAS_CUDA ON)
+  elseif(KVFLASH_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "KVFLASH_CUDA=ON but no CUDA compiler (nvcc) was found: install the CUDA "
+                        "toolkit or configure with -DKVFLASH_CUDA=OFF")
+  endif()
+endif()
+message(STATUS "kvflash: CUDA backend ${KVFLASH_HAS_CUDA} (architectures ${CMAKE_CUDA_ARCHITECTURES})")

@@ -1,0 +1,109 @@
+// The attention problem: one value object that describes a call, validated in one place
+// (validate()), printable (describe()). Shapes are written (dim0, dim1, ...), row-major, last
+// dimension contiguous.
+//
+// Positions: sequence s holds kv_len[s] tokens at positions 0 .. kv_len[s]-1. Its n_q_tokens
+// queries are the last n_q_tokens positions: query i sits at kv_len[s] - n_q_tokens + i (decode
+// and speculative decoding append the new tokens to the cache before attention; prefill of a
+// fresh prompt has n_q_tokens == kv_len).
+//
+// The logit of query q (head h, position pq) for key k (position pk):
+//   s = scale * dot(q, k)
+//   if softcap > 0:   s = softcap * tanh(s / softcap)
+//   if alibi:         s += alibi_slope[h] * (pk - pq)
+//   if mask:          s += mask[seq, i, pk]
+//   if causal:        key hidden when pk > pq
+//   if window > 0:    key hidden when pq - pk >= window
+// out = softmax over the visible keys (and the sink logit sink[h], which has no value) of s,
+// times V. A query that sees no key and has no sink returns zeros (lse = -inf).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "kvflash/formats.hpp"
+#include "kvflash/status.hpp"
+
+namespace kvflash {
+
+struct HeadDims {
+  int32_t k;
+  int32_t v;
+  friend constexpr bool operator==(HeadDims, HeadDims) = default;
+};
+
+// The supported space, declared once. validate() rejects everything outside it; every backend's
+// kernels together must cover everything inside it (tests/registry sweeps the boundaries).
+struct SupportedSpace {
+  static constexpr std::array<HeadDims, 9> head_dims = {
+      {{64, 64}, {80, 80}, {96, 96}, {112, 112}, {128, 128}, {192, 128}, {256, 256}, {512, 512},
+       {576, 512}}};
+  static constexpr int64_t max_kv_len = int64_t{1} << 32;     // per sequence, 64-bit indexing
+  static constexpr int32_t max_q_tokens = 1 << 20;            // per sequence
+  static constexpr int32_t max_seqs = 1 << 16;
+  static constexpr int32_t max_q_heads = 1024;
+};
+
+struct AttentionProblem {
+  int32_t n_seqs = 1;      // sequences in the batch
+  int32_t n_q_tokens = 1;  // query tokens per sequence: 1 decode, 2..8 speculative, more prefill
+  int32_t n_q_heads = 32;
+  int32_t n_kv_heads = 8;  // n_q_heads must be a multiple (GQA group = n_q_heads / n_kv_heads)
+  HeadDims head_dim = {128, 128};
+  KvType k_type = KvType::f16;
+  KvType v_type = KvType::f16;
+  int64_t kv_capacity = 1;  // the largest kv_len of any sequence this problem serves
+  float scale = 0.0f;       // logit scale; 0 means 1/sqrt(head_dim.k)
+  bool causal = true;
+  bool has_mask = false;    // explicit additive f32 mask, see AttentionTensors::mask
+  int64_t window = 0;       // sliding window in tokens, 0 = off
+  float softcap = 0.0f;     // logit soft cap, 0 = off
+  bool has_sinks = false;   // per-head sink logits, see AttentionTensors::sinks
+  bool has_alibi = false;   // per-head ALiBi slopes, see AttentionTensors::alibi_slopes
+
+  int32_t group() const { return n_q_heads / n_kv_heads; }
+  float effective_scale() const;
+  // Rows of the per-(sequence, KV head) query matrix: every query token of every head of a group.
+  int32_t rows_per_kv_head() const { return n_q_tokens * group(); }
+};
+
+// Names the first offending field, its value and the allowed values.
+Status validate(const AttentionProblem& p);
+// One line, e.g. "seqs=1 q=1 heads=32/8 d=128/128 k=q8_0 v=q4_0 kv=32768 causal".
+std::string describe(const AttentionProblem& p);
+
+// A K or V cache in host or device memory: row (seq, token, head) starts at
+//   data + seq * stride_seq + token * stride_token + head * stride_head   (bytes)
+// and holds row_size(type, head_dim) bytes. Strides are in bytes and may be any layout
+// (token-major as in ggml, head-major, ...), but rows must not overlap.
+struct KvTensor {
+  const void* data = nullptr;
+  int64_t stride_token = 0;
+  int64_t stride_head = 0;
+  int64_t stride_seq = 0;
+};
+
+// Contiguous (seq, token, head, dim) layout for a cache of `capacity` tokens.
+KvTensor kv_tensor_contiguous(const void* data, KvType t, int32_t head_dim, int32_t n_kv_heads,
+                              int64_t capacity);
+
+struct AttentionTensors {
+  const float* q = nullptr;          // (n_seqs, n_q_tokens, n_q_heads, head_dim.k)
+  KvTensor k;                        // head_dim.k values per row, type k_type
+  KvTensor v;                        // head_dim.v values per row, type v_type
+  const int64_t* kv_lens = nullptr;  // (n_seqs) tokens in each sequence, <= kv_capacity;
+                                     // nullptr: every sequence holds kv_capacity tokens
+  const float* mask = nullptr;       // (n_seqs, n_q_tokens, mask_stride), additive; -inf hides
+  int64_t mask_stride = 0;           // >= kv_capacity
+  const float* sinks = nullptr;      // (n_q_heads) sink logits (natural-log units)
+  const float* alibi_slopes = nullptr;  // (n_q_heads)
+  float* out = nullptr;              // (n_seqs, n_q_tokens, n_q_heads, head_dim.v)
+  float* lse = nullptr;              // optional (n_seqs, n_q_tokens, n_q_heads): log-sum-exp of the
+                                     // logits, natural log, sink included; -inf when empty
+};
+
+// Checks pointers and strides against the problem (the problem must already be valid).
+Status validate(const AttentionProblem& p, const AttentionTensors& t);
+
+}  // namespace kvflash

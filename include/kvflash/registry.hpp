@@ -1,0 +1,82 @@
+// The kernel registry: every kernel is a candidate with a name, a backend, a priority and guards.
+// select_kernel() is the one function that answers both "is this supported?" and "which kernel
+// runs?". When nothing fits, the error lists every candidate with the guard that rejected it.
+//
+// Environment:
+//   KVFLASH_LOG_DISPATCH=1        print each decision to stderr
+//   KVFLASH_FORCE_KERNEL=name     select this candidate (its guards still apply; if one rejects,
+//                                 the call fails with that guard's reason, never falls back)
+//   KVFLASH_EXCLUDE_KERNELS=a,b   never select these candidates
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvflash/problem.hpp"
+#include "kvflash/status.hpp"
+
+namespace kvflash {
+
+enum class Backend { cpu, cuda };
+const char* to_string(Backend b);
+std::optional<Backend> backend_from_name(std::string_view name);
+
+// A guard returns std::nullopt when the problem passes, or the reason it is rejected.
+struct Guard {
+  std::string name;
+  std::function<std::optional<std::string>(const AttentionProblem&)> reject;
+};
+
+struct Plan;
+struct KernelCandidate {
+  std::string name;      // "<backend>.<family>[.<variant>]", e.g. "cpu.decode"
+  Backend backend;
+  int priority;          // higher wins among candidates whose guards all pass
+  bool opt_in_only;      // selected only when forced by name (e.g. the float64 reference)
+  std::vector<Guard> guards;
+  // Fills plan.n_splits and plan.workspace_bytes for the problem (a pure host function).
+  std::function<void(Plan&)> make_plan;
+  // Runs the kernel; allocates nothing, workspace holds plan.workspace_bytes.
+  std::function<Status(const Plan&, const AttentionTensors&, void* workspace)> run;
+};
+
+struct SelectOptions {
+  std::optional<Backend> backend;     // nullopt: any backend (the best by priority)
+  std::string force;                  // candidate name to force ("" = none)
+  std::vector<std::string> exclude;   // candidate names never to select
+  bool read_environment = true;       // also honour the KVFLASH_* variables above
+};
+
+// All candidates built into this library, every backend.
+const std::vector<KernelCandidate>& kernel_candidates();
+
+// Validates the problem, then picks the highest-priority candidate whose guards all pass.
+Expected<const KernelCandidate*> select_kernel(const AttentionProblem& p,
+                                               const SelectOptions& opt = {});
+
+// Plan, then run. plan() (host, no allocation of device memory) selects the kernel and sizes the
+// workspace for the problem's kv_capacity; run() allocates nothing and makes no synchronizing call.
+struct PlanOptions {
+  SelectOptions select;
+  int32_t n_threads = 0;  // CPU threads, 0 = all hardware threads
+};
+
+struct Plan {
+  AttentionProblem problem;
+  const KernelCandidate* kernel = nullptr;
+  int32_t n_threads = 1;
+  int32_t n_splits = 1;          // KV splits per (sequence, KV head)
+  size_t workspace_bytes = 0;
+};
+
+Expected<Plan> plan(const AttentionProblem& p, const PlanOptions& opt = {});
+Status run(const Plan& plan, const AttentionTensors& t, void* workspace);
+
+// Host convenience: plan, allocate the workspace on the host, run. For CPU kernels.
+Status attention(const AttentionProblem& p, const AttentionTensors& t, const PlanOptions& opt = {});
+
+}  // namespace kvflash

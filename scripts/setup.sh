@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what kvflash needs to build and test on a Debian machine (as root), or says exactly
+# what to install when it cannot. Safe to run again: it installs only what is missing.
+set -euo pipefail
+
+packages=(cmake g++ make libgtest-dev libgmock-dev libfmt-dev nlohmann-json3-dev libcli11-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
+  echo "kvflash needs these Debian packages: ${missing[*]}" >&2
+  echo "install them with: sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+echo "kvflash setup: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq "${missing[@]}" >/dev/null

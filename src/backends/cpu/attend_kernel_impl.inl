@@ -1,0 +1,444 @@
+// Body of the CPU attention kernel, included once per instruction set by attend_kernel_<isa>.cpp
+// inside its own namespace (KVFLASH_ISA_NS), so that no inline function compiled for one
+// instruction set can be picked by the linker for another. Written with GCC/Clang vector
+// extensions (16 floats), which lower to one AVX-512 register or to four SSE registers.
+//
+// Per chunk of kKeyChunk keys: dequantize K and V into small tiles, score every row against the
+// K tile (16 keys at a time, with a transposing reduction so each dot product costs a handful of
+// shuffles instead of a horizontal sum), fold the chunk into each row's state with the online
+// softmax (state.hpp's rule: weights of empty states are 0, never exp(-inf - -inf)), then add
+// P * V.
+// Internal functions pass 64-byte vectors by value; their ABI never crosses this file. GCC 12
+// also reports the deliberately undefined upper parts inside its own AVX-512 intrinsics.
+#pragma GCC diagnostic ignored "-Wpsabi"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+#include <cstring>
+#include <limits>
+
+#include "backends/cpu/attend_kernel.hpp"
+#include "kvflash/blocks.hpp"
+#include "kvflash/turbo.hpp"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace kvflash::cpu::KVFLASH_ISA_NS {
+namespace {
+
+using v16 = float __attribute__((vector_size(64)));
+using v16i = int32_t __attribute__((vector_size(64)));
+using v16u = uint32_t __attribute__((vector_size(64)));
+static_assert(kLanes == 16);
+static_assert(kKeyChunk % kLanes == 0);
+constexpr int32_t kChunkVecs = kKeyChunk / kLanes;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+inline v16 load(const float* p) {
+  v16 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+inline void store(float* p, v16 v) { std::memcpy(p, &v, sizeof(v)); }
+inline v16 splat(float x) { return v16{} + x; }
+inline v16 as_float(v16u u) {
+  v16 f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+inline v16u as_uint(v16 f) {
+  v16u u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+inline float hmax(v16 v) {
+  float m = v[0];
+  for (int i = 1; i < kLanes; ++i) m = v[i] > m ? v[i] : m;
+  return m;
+}
+inline float hsum(v16 v) {
+  float s = 0;
+  for (int i = 0; i < kLanes; ++i) s += v[i];
+  return s;
+}
+
+// exp(x) for x <= 0 (x = -inf gives 0): 2^(x log2 e) split into 2^n * 2^f, f in [-1/2, 1/2],
+// 2^f by a degree-6 polynomial (relative error ~2e-7, below float rounding of the sums it feeds).
+// Inputs under -87.3 would need a subnormal 2^n; they return 0, which is below the 2^-126
+// relative weight any term can have next to the row maximum (weight 1).
+inline v16 exp_neg(v16 x) {
+  const v16 t = x * 1.44269504088896341f;
+  const v16 big = splat(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
+  const v16 n = (t + big) - big;
+  const v16 f = t - n;
+  v16 p = splat(1.540353039e-4f);
+  p = p * f + 1.333355815e-3f;
+  p = p * f + 9.618129108e-3f;
+  p = p * f + 5.550410866e-2f;
+  p = p * f + 2.402265070e-1f;
+  p = p * f + 6.931471806e-1f;
+  p = p * f + 1.0f;
+  const v16i ni = __builtin_convertvector(n, v16i);
+  const v16u scale = (v16u)((ni + 127) << 23);
+  const v16 r = p * as_float(scale);
+  return x < -87.3f ? splat(0.0f) : r;
+}
+
+// fp16 -> fp32 for 16 values, exact for normals, subnormals, inf and NaN (the classic
+// exponent-rebias construction; denormals through a float subtraction).
+inline v16 half_to_float(const uint16_t* h) {
+#if defined(__AVX512F__)
+  return (v16)_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)));
+#else
+  v16u w;
+  for (int i = 0; i < kLanes; ++i) w[i] = uint32_t{h[i]} << 16;
+  const v16u sign = w & 0x80000000u;
+  const v16u two_w = w + w;
+  const v16 normalized = as_float((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
+  const v16 denormalized = as_float((two_w >> 17) | (126u << 23)) - 0.5f;
+  const v16u bits = two_w < (1u << 27) ? as_uint(denormalized) : as_uint(normalized);
+  return as_float(sign | bits);
+#endif
+}
+
+inline float half_to_float1(uint16_t h) {
+#if defined(__AVX512F__)
+  return _cvtsh_ss(h);
+#else
+  const uint32_t w = uint32_t{h} << 16, sign = w & 0x80000000u, two_w = w + w;
+  uint32_t bits;
+  if (two_w < (1u << 27)) {
+    const uint32_t u = (two_w >> 17) | (126u << 23);
+    float f;
+    std::memcpy(&f, &u, 4);
+    f -= 0.5f;
+    std::memcpy(&bits, &f, 4);
+  } else {
+    const uint32_t u = (two_w >> 4) + (0xE0u << 23);
+    float f;
+    std::memcpy(&f, &u, 4);
+    f *= 0x1.0p-112f;
+    std::memcpy(&bits, &f, 4);
+  }
+  bits |= sign;
+  float r;
+  std::memcpy(&r, &bits, 4);
+  return r;
+#endif
+}
+
+inline uint16_t read_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+// 16 bytes widened to 16 int32 lanes.
+inline v16i widen_u8(const uint8_t* p) {
+#if defined(__AVX512F__)
+  return (v16i)_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+#else
+  v16i r;
+  for (int i = 0; i < kLanes; ++i) r[i] = p[i];
+  return r;
+#endif
+}
+inline v16i widen_s8(const uint8_t* p) {
+#if defined(__AVX512F__)
+  return (v16i)_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+#else
+  v16i r;
+  for (int i = 0; i < kLanes; ++i) r[i] = static_cast<int8_t>(p[i]);
+  return r;
+#endif
+}
+
+// ---- dequantizers: one row of n stored values (n a multiple of 16) into dst ----------------
+// Blocks are read in place through byte pointers (no copy of a block to the stack: a narrow
+// store followed by a wide load of the same bytes stalls store forwarding).
+
+void deq_f32(const uint8_t* src, int32_t n, float* dst, const float*) {
+  std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(n));
+}
+void deq_f16(const uint8_t* src, int32_t n, float* dst, const float*) {
+  for (int32_t d = 0; d < n; d += kLanes)
+    store(dst + d, half_to_float(reinterpret_cast<const uint16_t*>(src) + d));
+}
+void deq_bf16(const uint8_t* src, int32_t n, float* dst, const float*) {
+  for (int32_t d = 0; d < n; d += kLanes) {
+#if defined(__AVX512F__)
+    const __m512i w = _mm512_cvtepu16_epi32(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * d)));
+    store(dst + d, (v16)_mm512_slli_epi32(w, 16));
+#else
+    v16u w;
+    for (int i = 0; i < kLanes; ++i) w[i] = uint32_t{read_u16(src + 2 * (d + i))} << 16;
+    store(dst + d, as_float(w));
+#endif
+  }
+}
+void deq_q8_0(const uint8_t* src, int32_t n, float* dst, const float*) {
+  for (int32_t b = 0; b < n / kQ8_0Values; ++b) {
+    const uint8_t* blk = src + b * sizeof(BlockQ8_0);
+    const float d = half_to_float1(read_u16(blk));
+    const uint8_t* qs = blk + offsetof(BlockQ8_0, qs);
+    store(dst + b * kQ8_0Values, __builtin_convertvector(widen_s8(qs), v16) * d);
+    store(dst + b * kQ8_0Values + kLanes, __builtin_convertvector(widen_s8(qs + kLanes), v16) * d);
+  }
+}
+void deq_q4_0(const uint8_t* src, int32_t n, float* dst, const float*) {
+  for (int32_t b = 0; b < n / kQ4_0Values; ++b) {
+    const uint8_t* blk = src + b * sizeof(BlockQ4_0);
+    const float d = half_to_float1(read_u16(blk));
+    const v16i q = widen_u8(blk + offsetof(BlockQ4_0, qs));
+    store(dst + b * kQ4_0Values, __builtin_convertvector((q & 15) - 8, v16) * d);
+    store(dst + b * kQ4_0Values + kLanes, __builtin_convertvector((q >> 4) - 8, v16) * d);
+  }
+}
+
+// Centroid lookup: table holds the 2^bits scaled centroids (turbo.hpp).
+inline v16 lookup(const v16i& code, const float* table) {
+#if defined(__AVX512F__)
+  return (v16)_mm512_permutexvar_ps((__m512i)code, _mm512_loadu_ps(table));
+#else
+  v16 r;
+  for (int i = 0; i < kLanes; ++i) r[i] = table[code[i]];
+  return r;
+#endif
+}
+
+// Codes of 16 consecutive values c*16 .. c*16+15 of a turbo block, from the bit planes of
+// blocks.hpp: byte j of the 2-bit plane holds values j, j+32, j+64, j+96; of the 4-bit plane
+// values j, j+64; of the 1-bit plane values j, j+16, ..., j+112.
+template <int Bits>
+inline v16i turbo_codes(const uint8_t* qs, const uint8_t* qh, int c) {
+  if constexpr (Bits == 4) {
+    return (widen_u8(qs + (c % 4) * kLanes) >> (4 * (c / 4))) & 15;
+  } else {
+    v16i code = (widen_u8(qs + (c % 2) * kLanes) >> (2 * (c / 2))) & 3;
+    if constexpr (Bits == 3) code |= ((widen_u8(qh) >> c) & 1) << 2;
+    return code;
+  }
+}
+
+template <int Bits>
+void deq_turbo(const uint8_t* src, int32_t n, float* dst, const float* table) {
+  using Block = std::conditional_t<Bits == 2, BlockTurbo2,
+                                   std::conditional_t<Bits == 3, BlockTurbo3, BlockTurbo4>>;
+  for (int32_t g = 0; g < n / kTurboValues; ++g) {
+    const uint8_t* blk = src + g * sizeof(Block);
+    const float norm = half_to_float1(read_u16(blk));
+    const uint8_t* qs = blk + 2;
+    const uint8_t* qh = blk + 2 + 32;  // the 1-bit plane of turbo3
+#pragma GCC unroll 8
+    for (int c = 0; c < kTurboValues / kLanes; ++c)
+      store(dst + g * kTurboValues + c * kLanes, lookup(turbo_codes<Bits>(qs, qh, c), table) * norm);
+  }
+}
+
+using Dequant = void (*)(const uint8_t*, int32_t, float*, const float*);
+Dequant pick_dequant(KvType t) {
+  switch (t) {
+    case KvType::f32: return deq_f32;
+    case KvType::f16: return deq_f16;
+    case KvType::bf16: return deq_bf16;
+    case KvType::q8_0: return deq_q8_0;
+    case KvType::q4_0: return deq_q4_0;
+    case KvType::turbo2: return deq_turbo<2>;
+    case KvType::turbo3: return deq_turbo<3>;
+    case KvType::turbo4: return deq_turbo<4>;
+  }
+  return nullptr;
+}
+// The centroids of a turbo type padded to 16 entries, so a 16-lane permute never reads past the
+// 4 or 8 centroids of turbo2 / turbo3 (codes never index the padding).
+struct CentroidTable {
+  float c[kLanes] = {};
+  explicit CentroidTable(KvType t) {
+    if (!is_rotated(t)) return;
+    for (int i = 0; i < (1 << turbo_bits(t)); ++i) c[i] = turbo_centroids(t)[i];
+  }
+};
+
+// Sixteen dot products reduced at once: acc[j] holds lane partials of key j; returns the vector
+// whose lane j is the sum of acc[j]. Four levels of pairwise shuffle-and-add keep key order.
+[[gnu::always_inline]] inline v16 reduce16(v16 (&acc)[kLanes]) {
+  v16 x[8], y[4], z[2];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i)
+    x[i] = __builtin_shufflevector(acc[2 * i], acc[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18,
+                                   19, 20, 21, 22, 23) +
+           __builtin_shufflevector(acc[2 * i], acc[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25,
+                                   26, 27, 28, 29, 30, 31);
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i)
+    y[i] = __builtin_shufflevector(x[2 * i], x[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19,
+                                   24, 25, 26, 27) +
+           __builtin_shufflevector(x[2 * i], x[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22,
+                                   23, 28, 29, 30, 31);
+#pragma GCC unroll 2
+  for (int i = 0; i < 2; ++i)
+    z[i] = __builtin_shufflevector(y[2 * i], y[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21,
+                                   24, 25, 28, 29) +
+           __builtin_shufflevector(y[2 * i], y[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22,
+                                   23, 26, 27, 30, 31);
+  return __builtin_shufflevector(z[0], z[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28,
+                                 30) +
+         __builtin_shufflevector(z[0], z[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29,
+                                 31);
+}
+
+// Scores of one row against 16 keys of the K tile (rows of dk floats).
+[[gnu::always_inline]] inline v16 score16(const float* q, const float* ktile, int32_t dk) {
+  v16 acc[kLanes] = {};
+  for (int32_t d = 0; d < dk; d += kLanes) {
+    const v16 qv = load(q + d);
+#pragma GCC unroll 16
+    for (int j = 0; j < kLanes; ++j) acc[j] += qv * load(ktile + j * dk + d);
+  }
+  return reduce16(acc);
+}
+
+inline void prefetch_row(const uint8_t* row, int64_t bytes) {
+  constexpr int64_t kLine = 64;
+  for (int64_t b = 0; b < bytes; b += kLine) __builtin_prefetch(row + b, 0, 3);
+}
+
+// o[0 .. U*16) += sum_j w[j] * v[j * dv + 0 .. U*16): U vectors of o stay in registers.
+template <int U>
+[[gnu::always_inline]] inline void pv_block(const float* w, int32_t n, const float* v, int32_t dv,
+                                            float* o) {
+  v16 acc[U];
+#pragma GCC unroll 8
+  for (int u = 0; u < U; ++u) acc[u] = load(o + u * kLanes);
+  for (int32_t j = 0; j < n; ++j) {
+    const v16 wj = splat(w[j]);
+    const float* vr = v + static_cast<int64_t>(j) * dv;
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u) acc[u] += wj * load(vr + u * kLanes);
+  }
+#pragma GCC unroll 8
+  for (int u = 0; u < U; ++u) store(o + u * kLanes, acc[u]);
+}
+
+}  // namespace
+
+void attend(const AttendParams& p) {
+  const Dequant deq_k = pick_dequant(p.k_type), deq_v = pick_dequant(p.v_type);
+  const CentroidTable ck(p.k_type), cv(p.v_type);
+  const float* tab_k = ck.c;
+  const float* tab_v = cv.c;
+  const int32_t dk = p.dk, dv = p.dv, G = p.group;
+  float* ktile = p.scratch;                       // (kKeyChunk, dk)
+  float* vtile = ktile + kKeyChunk * dk;          // (kKeyChunk, dv)
+  float* probs = vtile + kKeyChunk * dv;          // (n_rows, kKeyChunk)
+  const int32_t n_tokens = p.n_rows / G;
+  // Keys any row can see: the last query sees the most under causal, the first the oldest under
+  // a window. Chunks outside [lo, hi] are skipped without reading them.
+  int64_t hi = p.kv_end - 1, lo = p.kv_begin;
+  if (p.causal) hi = std::min<int64_t>(hi, p.q_pos0 + n_tokens - 1);
+  if (p.window > 0) lo = std::max<int64_t>(lo, p.q_pos0 - p.window + 1);
+  if (hi < lo) return;
+  const int64_t first = p.kv_begin + (lo - p.kv_begin) / kKeyChunk * kKeyChunk;
+
+  const int64_t k_row_bytes = static_cast<int64_t>(row_size(p.k_type, p.dk_row));
+  const int64_t v_row_bytes = static_cast<int64_t>(row_size(p.v_type, p.dv_row));
+  for (int64_t c0 = first; c0 <= hi; c0 += kKeyChunk) {
+    const int32_t n = static_cast<int32_t>(std::min<int64_t>(kKeyChunk, p.kv_end - c0));
+    // Rows of one head are strided (other heads sit between them in a token-major cache), which
+    // the hardware prefetchers follow poorly: ask for the next chunk's K and V rows now.
+    const int32_t n_next = static_cast<int32_t>(
+        std::clamp<int64_t>(std::min(p.kv_end, hi + 1) - (c0 + kKeyChunk), 0, kKeyChunk));
+    for (int32_t j = 0; j < n_next; ++j) {
+      prefetch_row(p.k + (c0 + kKeyChunk + j) * p.k_stride, k_row_bytes);
+      prefetch_row(p.v + (c0 + kKeyChunk + j) * p.v_stride, v_row_bytes);
+    }
+    for (int32_t j = 0; j < n; ++j)
+      deq_k(p.k + (c0 + j) * p.k_stride, dk, ktile + j * dk, tab_k);
+    // Keys past the range score against zeros and are then hidden; zeroing keeps them finite.
+    if (n < kKeyChunk) std::memset(ktile + n * dk, 0, sizeof(float) * (kKeyChunk - n) * dk);
+
+    bool any_visible = false;
+    for (int32_t r = 0; r < p.n_rows; ++r) {
+      const int32_t i = r / G;
+      const int64_t pq = p.q_pos0 + i;
+      const int64_t vis_hi = std::min<int64_t>(p.causal ? pq : p.kv_end - 1, c0 + n - 1);
+      const int64_t vis_lo = p.window > 0 ? std::max<int64_t>(c0, pq - p.window + 1) : c0;
+      float* pr = probs + static_cast<int64_t>(r) * kKeyChunk;
+      if (vis_hi < vis_lo) {
+        std::memset(pr, 0, sizeof(float) * kKeyChunk);
+        continue;
+      }
+      const float* q = p.q + static_cast<int64_t>(r) * dk;
+      v16 s[kChunkVecs];
+      for (int32_t c = 0; c < kChunkVecs; ++c) s[c] = score16(q, ktile + c * kLanes * dk, dk);
+      float* sv = reinterpret_cast<float*>(s);
+      if (p.softcap > 0.0f)
+        for (int32_t j = 0; j < kKeyChunk; ++j) sv[j] = p.softcap * std::tanh(sv[j] / p.softcap);
+      if (p.alibi) {
+        const float slope = p.alibi[r % G];
+        for (int32_t j = 0; j < kKeyChunk; ++j) sv[j] += slope * static_cast<float>(c0 + j - pq);
+      }
+      if (p.mask) {
+        const float* mrow = p.mask + i * p.mask_stride + c0;
+        for (int32_t j = 0; j < n; ++j) sv[j] += mrow[j];
+      }
+      // Hide keys outside [vis_lo, vis_hi] (causal, window, past the range).
+      const int32_t jlo = static_cast<int32_t>(vis_lo - c0);
+      const int32_t jhi = static_cast<int32_t>(vis_hi - c0);
+      v16 mx = splat(kNegInf);
+      for (int32_t c = 0; c < kChunkVecs; ++c) {
+        v16i pos;
+        for (int k = 0; k < kLanes; ++k) pos[k] = c * kLanes + k;
+        s[c] = (pos < jlo) | (pos > jhi) ? splat(kNegInf) : s[c];
+        mx = mx > s[c] ? mx : s[c];
+      }
+      const float row_max = hmax(mx);
+      if (row_max == kNegInf) {  // every visible key masked to -inf
+        std::memset(pr, 0, sizeof(float) * kKeyChunk);
+        continue;
+      }
+      any_visible = true;
+      const float m_new = std::max(p.m[r], row_max);
+      const float alpha = p.m[r] == kNegInf ? 0.0f : std::exp(p.m[r] - m_new);
+      v16 lsum = {};
+      for (int32_t c = 0; c < kChunkVecs; ++c) {
+        const v16 e = exp_neg(s[c] - m_new);
+        store(pr + c * kLanes, e);
+        lsum += e;
+      }
+      p.l[r] = p.l[r] * alpha + hsum(lsum);
+      p.m[r] = m_new;
+      if (alpha != 1.0f) {
+        float* o = p.o + static_cast<int64_t>(r) * dv;
+        for (int32_t d = 0; d < dv; d += kLanes) store(o + d, load(o + d) * alpha);
+      }
+    }
+    if (!any_visible) continue;
+
+    for (int32_t j = 0; j < n; ++j)
+      deq_v(p.v + (c0 + j) * p.v_stride, dv, vtile + j * dv, tab_v);
+    // o[r] += sum_j probs[r][j] * V[j]; eight vectors of o stay in registers across the keys.
+    constexpr int32_t kBlock = 8 * kLanes;
+    for (int32_t r = 0; r < p.n_rows; ++r) {
+      const float* pr = probs + static_cast<int64_t>(r) * kKeyChunk;
+      float* o = p.o + static_cast<int64_t>(r) * dv;
+      for (int32_t d0 = 0; d0 < dv; d0 += kBlock) {
+        const int32_t nv = std::min<int32_t>(8, (dv - d0) / kLanes);
+        if (nv == 8) {
+          pv_block<8>(pr, n, vtile + d0, dv, o + d0);
+        } else {
+          for (int32_t u = 0; u < nv; ++u) pv_block<1>(pr, n, vtile + d0 + u * kLanes, dv, o + d0 + u * kLanes);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace kvflash::cpu::KVFLASH_ISA_NS

@@ -1,0 +1,48 @@
+// A persistent pool of worker threads for the CPU backend. parallel_for hands out task indices
+// through an atomic counter (dynamic balance); the calling thread works too, so a pool of n
+// threads uses n - 1 workers. No allocation per call.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace kvflash::cpu {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int32_t n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int32_t size() const { return static_cast<int32_t>(workers_.size()) + 1; }
+  // Runs fn(task, thread) for task in [0, n_tasks) on up to n_threads threads (thread < n_threads)
+  // and returns when all are done. Calls must not overlap (one caller at a time).
+  void parallel_for(int64_t n_tasks, int32_t n_threads,
+                    const std::function<void(int64_t task, int32_t thread)>& fn);
+
+  // The process-wide pool, sized to the hardware threads.
+  static ThreadPool& global();
+
+ private:
+  void worker_loop(int32_t index);
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::condition_variable done_;
+  const std::function<void(int64_t, int32_t)>* fn_ = nullptr;
+  int64_t n_tasks_ = 0;
+  int32_t active_threads_ = 0;
+  std::atomic<int64_t> next_{0};
+  int32_t pending_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+};
+
+}  // namespace kvflash::cpu

@@ -1,0 +1,17 @@
+// CUDA backend entry points (host side). Built only when nvcc is found (KVFLASH_HAS_CUDA).
+#pragma once
+
+#include <vector>
+
+#include "kvflash/registry.hpp"
+
+namespace kvflash::cuda {
+
+// Appends the CUDA candidates. The skeleton registers none yet; the decode family (issue 4)
+// and prefill family add theirs here.
+void register_kernels(std::vector<KernelCandidate>& out);
+
+// Number of CUDA devices visible, 0 when the driver or a device is missing (never an error).
+int device_count();
+
+}  // namespace kvflash::cuda

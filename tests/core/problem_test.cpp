@@ -1,0 +1,110 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "kvflash/problem.hpp"
+
+namespace kvflash {
+namespace {
+
+using ::testing::HasSubstr;
+
+AttentionProblem base() {
+  AttentionProblem p;
+  p.kv_capacity = 4096;
+  return p;
+}
+
+TEST(Problem, DefaultsAreValid) { EXPECT_TRUE(validate(base()).ok()); }
+
+TEST(Problem, EveryHeadDimPairOfTheSpaceIsValid) {
+  for (HeadDims hd : SupportedSpace::head_dims) {
+    AttentionProblem p = base();
+    p.head_dim = hd;
+    EXPECT_TRUE(validate(p).ok()) << hd.k << "/" << hd.v;
+  }
+}
+
+// Each rejection names the field, its value and what is allowed.
+struct Rejection {
+  const char* what;
+  void (*mutate)(AttentionProblem&);
+  const char* field;
+  const char* value;
+  const char* allowed;
+};
+
+TEST(Problem, RejectionsNameFieldValueAndAllowed) {
+  const Rejection cases[] = {
+      {"head dim", [](AttentionProblem& p) { p.head_dim = {100, 100}; }, "head_dim", "100/100",
+       "576/512"},
+      {"mixed dims", [](AttentionProblem& p) { p.head_dim = {128, 64}; }, "head_dim", "128/64",
+       "192/128"},
+      {"gqa", [](AttentionProblem& p) { p.n_kv_heads = 5; }, "n_kv_heads", "5", "divisor"},
+      {"kv > q heads", [](AttentionProblem& p) { p.n_kv_heads = 64; }, "n_kv_heads", "64",
+       "divisor"},
+      {"zero tokens", [](AttentionProblem& p) { p.n_q_tokens = 0; }, "n_q_tokens", "0", "1 .."},
+      {"zero seqs", [](AttentionProblem& p) { p.n_seqs = 0; }, "n_seqs", "0", "1 .."},
+      {"capacity", [](AttentionProblem& p) { p.kv_capacity = 0; }, "kv_capacity", "0", "1 .."},
+      {"capacity max",
+       [](AttentionProblem& p) { p.kv_capacity = SupportedSpace::max_kv_len + 1; }, "kv_capacity",
+       "4294967297", "4294967296"},
+      {"k type", [](AttentionProblem& p) { p.k_type = static_cast<KvType>(42); }, "k_type", "42",
+       "turbo4"},
+      {"v type", [](AttentionProblem& p) { p.v_type = static_cast<KvType>(9); }, "v_type", "9",
+       "q4_0"},
+      {"scale", [](AttentionProblem& p) { p.scale = -1.0f; }, "scale", "-1", "positive"},
+      {"window", [](AttentionProblem& p) { p.window = -3; }, "window", "-3", "positive"},
+      {"softcap", [](AttentionProblem& p) { p.softcap = -2.0f; }, "softcap", "-2", "positive"},
+  };
+  for (const Rejection& c : cases) {
+    AttentionProblem p = base();
+    c.mutate(p);
+    Status s = validate(p);
+    ASSERT_FALSE(s.ok()) << c.what;
+    EXPECT_EQ(s.error().code, ErrorCode::invalid_argument) << c.what;
+    EXPECT_THAT(s.message(), HasSubstr(c.field)) << c.what;
+    EXPECT_THAT(s.message(), HasSubstr(c.value)) << c.what;
+    EXPECT_THAT(s.message(), HasSubstr(c.allowed)) << c.what;
+  }
+}
+
+TEST(Problem, DescribeIsOneReadableLine) {
+  AttentionProblem p = base();
+  p.k_type = KvType::q8_0;
+  p.v_type = KvType::turbo4;
+  p.window = 128;
+  p.has_sinks = true;
+  EXPECT_EQ(describe(p),
+            "seqs=1 q=1 heads=32/8 d=128/128 k=q8_0 v=turbo4 kv=4096 causal window=128 sinks");
+}
+
+TEST(Problem, DefaultScaleIsInverseSqrtDk) {
+  AttentionProblem p = base();
+  p.head_dim = {576, 512};
+  EXPECT_FLOAT_EQ(p.effective_scale(), 1.0f / 24.0f);
+  p.scale = 0.5f;
+  EXPECT_FLOAT_EQ(p.effective_scale(), 0.5f);
+}
+
+TEST(Problem, TensorValidationCatchesNullsAndOverlappingRows) {
+  AttentionProblem p = base();
+  std::vector<float> q(32 * 128), out(32 * 128);
+  std::vector<uint8_t> kv(row_size(p.k_type, 128) * 8 * 4096);
+  AttentionTensors t;
+  t.q = q.data();
+  t.out = out.data();
+  t.k = kv_tensor_contiguous(kv.data(), p.k_type, 128, 8, 4096);
+  t.v = t.k;
+  EXPECT_TRUE(validate(p, t).ok());
+  AttentionTensors bad = t;
+  bad.k.stride_token = 100;  // a f16 row of 128 values is 256 bytes
+  EXPECT_THAT(validate(p, bad).message(), HasSubstr("stride_token = 100"));
+  bad = t;
+  bad.q = nullptr;
+  EXPECT_THAT(validate(p, bad).message(), HasSubstr("tensors.q"));
+  p.has_mask = true;
+  EXPECT_THAT(validate(p, t).message(), HasSubstr("mask"));
+}
+
+}  // namespace
+}  // namespace kvflash
