@@ -18,8 +18,8 @@ struct BlockQ8_0 {
 static_assert(sizeof(BlockQ8_0) == 34);
 
 struct BlockQ4_0 {
-  uint16_t d;                  // fp16 scale: (value of largest magnitude) / -8
-  uint8_t qs[kQ4_0Values / 2]; // x_j = d * ((qs[j % 16] >> (4 * (j / 16))) & 15) - 8)
+  uint16_t d;                   // fp16 scale: (value of largest magnitude) / -8
+  uint8_t qs[kQ4_0Values / 2];  // x_j = d * ((qs[j % 16] >> (4 * (j / 16))) & 15) - 8)
 };
 static_assert(sizeof(BlockQ4_0) == 18);
 

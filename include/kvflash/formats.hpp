@@ -7,8 +7,8 @@
 //  bf16    1             2            bfloat16 (round to nearest even from f32)
 //  q8_0    32            34           GGUF/ggml block_q8_0: fp16 d, int8 qs[32]; x = d * q
 //  q4_0    32            18           GGUF/ggml block_q4_0: fp16 d, qs[16]; value j < 16 in the low
-//                                     nibble of qs[j], value j >= 16 in the high nibble of qs[j-16];
-//                                     x = d * (nibble - 8)
+//                                     nibble of qs[j], value j >= 16 in the high nibble of
+//                                     qs[j-16]; x = d * (nibble - 8)
 //  turbo2  128           34           fp16 norm, 2-bit codes (see turbo.hpp for the bit planes)
 //  turbo3  128           50           fp16 norm, 3-bit codes
 //  turbo4  128           66           fp16 norm, 4-bit codes
@@ -28,8 +28,8 @@ namespace kvflash {
 
 enum class KvType : uint8_t { f32, f16, bf16, q8_0, q4_0, turbo2, turbo3, turbo4 };
 
-inline constexpr std::array<KvType, 8> kAllKvTypes = {KvType::f32,  KvType::f16,    KvType::bf16,
-                                                      KvType::q8_0, KvType::q4_0,   KvType::turbo2,
+inline constexpr std::array<KvType, 8> kAllKvTypes = {KvType::f32,    KvType::f16,   KvType::bf16,
+                                                      KvType::q8_0,   KvType::q4_0,  KvType::turbo2,
                                                       KvType::turbo3, KvType::turbo4};
 
 struct KvTypeTraits {
@@ -42,21 +42,35 @@ struct KvTypeTraits {
 
 constexpr KvTypeTraits traits(KvType t) {
   switch (t) {
-    case KvType::f32: return {"f32", 1, 4, 0, false};
-    case KvType::f16: return {"f16", 1, 2, 0, false};
-    case KvType::bf16: return {"bf16", 1, 2, 0, false};
-    case KvType::q8_0: return {"q8_0", 32, 34, 8, false};
-    case KvType::q4_0: return {"q4_0", 32, 18, 4, false};
-    case KvType::turbo2: return {"turbo2", 128, 34, 2, true};
-    case KvType::turbo3: return {"turbo3", 128, 50, 3, true};
-    case KvType::turbo4: return {"turbo4", 128, 66, 4, true};
+    case KvType::f32:
+      return {"f32", 1, 4, 0, false};
+    case KvType::f16:
+      return {"f16", 1, 2, 0, false};
+    case KvType::bf16:
+      return {"bf16", 1, 2, 0, false};
+    case KvType::q8_0:
+      return {"q8_0", 32, 34, 8, false};
+    case KvType::q4_0:
+      return {"q4_0", 32, 18, 4, false};
+    case KvType::turbo2:
+      return {"turbo2", 128, 34, 2, true};
+    case KvType::turbo3:
+      return {"turbo3", 128, 50, 3, true};
+    case KvType::turbo4:
+      return {"turbo4", 128, 66, 4, true};
   }
   return {"invalid", 0, 0, 0, false};
 }
 
-constexpr bool is_valid(KvType t) { return static_cast<uint8_t>(t) <= static_cast<uint8_t>(KvType::turbo4); }
-constexpr std::string_view to_string(KvType t) { return traits(t).name; }
-constexpr bool is_rotated(KvType t) { return traits(t).rotated; }
+constexpr bool is_valid(KvType t) {
+  return static_cast<uint8_t>(t) <= static_cast<uint8_t>(KvType::turbo4);
+}
+constexpr std::string_view to_string(KvType t) {
+  return traits(t).name;
+}
+constexpr bool is_rotated(KvType t) {
+  return traits(t).rotated;
+}
 std::optional<KvType> kv_type_from_name(std::string_view name);
 // "f32, f16, bf16, q8_0, ..." for error messages.
 std::string_view kv_type_names();
@@ -77,6 +91,10 @@ constexpr double bytes_per_value(KvType t, int64_t n) {
 }
 
 // One row of n values. dst receives row_size(t, n) bytes.
+// q8_0 / q4_0 are byte-identical to ggml's reference quantizers, except where ggml's fp16 scale
+// would overflow to inf: such a scale saturates to +-65504 (and the codes saturate), so the block
+// decodes clipped but finite; a turbo norm saturates the same way (turbo.hpp). f16 values beyond
+// the fp16 range become +-inf (IEEE round to nearest even, as F16C).
 void quantize_row(KvType t, const float* src, int64_t n, void* dst);
 // One row back to n floats in the original domain (turbo: inverse-rotated).
 void dequantize_row(KvType t, const void* src, int64_t n, float* dst);

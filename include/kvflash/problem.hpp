@@ -36,11 +36,17 @@ struct HeadDims {
 // The supported space, declared once. validate() rejects everything outside it; every backend's
 // kernels together must cover everything inside it (tests/registry sweeps the boundaries).
 struct SupportedSpace {
-  static constexpr std::array<HeadDims, 9> head_dims = {
-      {{64, 64}, {80, 80}, {96, 96}, {112, 112}, {128, 128}, {192, 128}, {256, 256}, {512, 512},
-       {576, 512}}};
-  static constexpr int64_t max_kv_len = int64_t{1} << 32;     // per sequence, 64-bit indexing
-  static constexpr int32_t max_q_tokens = 1 << 20;            // per sequence
+  static constexpr std::array<HeadDims, 9> head_dims = {{{64, 64},
+                                                         {80, 80},
+                                                         {96, 96},
+                                                         {112, 112},
+                                                         {128, 128},
+                                                         {192, 128},
+                                                         {256, 256},
+                                                         {512, 512},
+                                                         {576, 512}}};
+  static constexpr int64_t max_kv_len = int64_t{1} << 32;  // per sequence, 64-bit indexing
+  static constexpr int32_t max_q_tokens = 1 << 20;         // per sequence
   static constexpr int32_t max_seqs = 1 << 16;
   static constexpr int32_t max_q_heads = 1024;
 };
@@ -56,11 +62,11 @@ struct AttentionProblem {
   int64_t kv_capacity = 1;  // the largest kv_len of any sequence this problem serves
   float scale = 0.0f;       // logit scale; 0 means 1/sqrt(head_dim.k)
   bool causal = true;
-  bool has_mask = false;    // explicit additive f32 mask, see AttentionTensors::mask
-  int64_t window = 0;       // sliding window in tokens, 0 = off
-  float softcap = 0.0f;     // logit soft cap, 0 = off
-  bool has_sinks = false;   // per-head sink logits, see AttentionTensors::sinks
-  bool has_alibi = false;   // per-head ALiBi slopes, see AttentionTensors::alibi_slopes
+  bool has_mask = false;   // explicit additive f32 mask, see AttentionTensors::mask
+  int64_t window = 0;      // sliding window in tokens, 0 = off
+  float softcap = 0.0f;    // logit soft cap, 0 = off
+  bool has_sinks = false;  // per-head sink logits, see AttentionTensors::sinks
+  bool has_alibi = false;  // per-head ALiBi slopes, see AttentionTensors::alibi_slopes
 
   int32_t group() const { return n_q_heads / n_kv_heads; }
   float effective_scale() const;
@@ -89,18 +95,19 @@ KvTensor kv_tensor_contiguous(const void* data, KvType t, int32_t head_dim, int3
                               int64_t capacity);
 
 struct AttentionTensors {
-  const float* q = nullptr;          // (n_seqs, n_q_tokens, n_q_heads, head_dim.k)
-  KvTensor k;                        // head_dim.k values per row, type k_type
-  KvTensor v;                        // head_dim.v values per row, type v_type
-  const int64_t* kv_lens = nullptr;  // (n_seqs) tokens in each sequence, <= kv_capacity;
-                                     // nullptr: every sequence holds kv_capacity tokens
-  const float* mask = nullptr;       // (n_seqs, n_q_tokens, mask_stride), additive; -inf hides
-  int64_t mask_stride = 0;           // >= kv_capacity
-  const float* sinks = nullptr;      // (n_q_heads) sink logits (natural-log units)
+  const float* q = nullptr;             // (n_seqs, n_q_tokens, n_q_heads, head_dim.k)
+  KvTensor k;                           // head_dim.k values per row, type k_type
+  KvTensor v;                           // head_dim.v values per row, type v_type
+  const int64_t* kv_lens = nullptr;     // (n_seqs) tokens in each sequence, <= kv_capacity;
+                                        // nullptr: every sequence holds kv_capacity tokens
+  const float* mask = nullptr;          // (n_seqs, n_q_tokens, mask_stride), additive; -inf hides
+  int64_t mask_stride = 0;              // >= kv_capacity
+  const float* sinks = nullptr;         // (n_q_heads) sink logits (natural-log units)
   const float* alibi_slopes = nullptr;  // (n_q_heads)
-  float* out = nullptr;              // (n_seqs, n_q_tokens, n_q_heads, head_dim.v)
-  float* lse = nullptr;              // optional (n_seqs, n_q_tokens, n_q_heads): log-sum-exp of the
-                                     // logits, natural log, sink included; -inf when empty
+  float* out = nullptr;                 // (n_seqs, n_q_tokens, n_q_heads, head_dim.v)
+  float* lse = nullptr;  // optional (n_seqs, n_q_tokens, n_q_heads): log-sum-exp of the
+                         // logits, natural log, sink included; -inf when empty. When
+                         // non-null, every kernel writes every entry.
 };
 
 // Checks pointers and strides against the problem (the problem must already be valid).

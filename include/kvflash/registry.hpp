@@ -33,10 +33,10 @@ struct Guard {
 
 struct Plan;
 struct KernelCandidate {
-  std::string name;      // "<backend>.<family>[.<variant>]", e.g. "cpu.decode"
+  std::string name;  // "<backend>.<family>[.<variant>]", e.g. "cpu.decode"
   Backend backend;
-  int priority;          // higher wins among candidates whose guards all pass
-  bool opt_in_only;      // selected only when forced by name (e.g. the float64 reference)
+  int priority;      // higher wins among candidates whose guards all pass
+  bool opt_in_only;  // selected only when forced by name (e.g. the float64 reference)
   std::vector<Guard> guards;
   // Fills plan.n_splits and plan.workspace_bytes for the problem (a pure host function).
   std::function<void(Plan&)> make_plan;
@@ -45,10 +45,10 @@ struct KernelCandidate {
 };
 
 struct SelectOptions {
-  std::optional<Backend> backend;     // nullopt: any backend (the best by priority)
-  std::string force;                  // candidate name to force ("" = none)
-  std::vector<std::string> exclude;   // candidate names never to select
-  bool read_environment = true;       // also honour the KVFLASH_* variables above
+  std::optional<Backend> backend;    // nullopt: any backend (the best by priority)
+  std::string force;                 // candidate name to force ("" = none)
+  std::vector<std::string> exclude;  // candidate names never to select
+  bool read_environment = true;      // also honour the KVFLASH_* variables above
 };
 
 // All candidates built into this library, every backend.
@@ -69,7 +69,7 @@ struct Plan {
   AttentionProblem problem;
   const KernelCandidate* kernel = nullptr;
   int32_t n_threads = 1;
-  int32_t n_splits = 1;          // KV splits per (sequence, KV head)
+  int32_t n_splits = 1;  // KV splits per (sequence, KV head)
   size_t workspace_bytes = 0;
 };
 

@@ -53,8 +53,8 @@ KVFLASH_HD void merge_state(OT* o_a, T& m_a, T& l_a, const OT* o_b, T m_b, T l_b
 // Turns a state into the attention output and its log-sum-exp, folding in an optional sink
 // logit (a key with a logit and no value). Empty (and no sink): zeros and lse = -inf.
 template <class T, class OT = T>
-KVFLASH_HD void finalize_state(const OT* o, T m, T l, bool has_sink, T sink, int32_t dv,
-                               float* out, float* lse) {
+KVFLASH_HD void finalize_state(const OT* o, T m, T l, bool has_sink, T sink, int32_t dv, float* out,
+                               float* lse) {
   if (has_sink) {
     const T mm = m > sink ? m : sink;
     const T w = state_weight(m, mm);

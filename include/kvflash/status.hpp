@@ -14,7 +14,7 @@ enum class ErrorCode {
   invalid_argument,  // a field of the request is outside its documented range
   unsupported,       // valid request, but no built kernel serves it (the message lists why)
   out_of_memory,
-  backend_error,     // the backend runtime reported a failure
+  backend_error,  // the backend runtime reported a failure
   internal,
 };
 
@@ -73,7 +73,11 @@ class [[nodiscard]] Expected {
   std::variant<T, Error> v_;
 };
 
-inline Error invalid_argument(std::string msg) { return {ErrorCode::invalid_argument, std::move(msg)}; }
-inline Error unsupported(std::string msg) { return {ErrorCode::unsupported, std::move(msg)}; }
+inline Error invalid_argument(std::string msg) {
+  return {ErrorCode::invalid_argument, std::move(msg)};
+}
+inline Error unsupported(std::string msg) {
+  return {ErrorCode::unsupported, std::move(msg)};
+}
 
 }  // namespace kvflash

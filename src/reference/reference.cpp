@@ -40,11 +40,11 @@ Status reference_attention(const AttentionProblem& p, const AttentionTensors& t,
   for (int64_t s = 0; s < p.n_seqs; ++s) {
     const int64_t len = t.kv_lens ? t.kv_lens[s] : p.kv_capacity;
     if (len < 0 || len > p.kv_capacity)
-      return invalid_argument(fmt::format("kv_lens[{}] = {} is outside 0 .. kv_capacity = {}", s,
-                                          len, p.kv_capacity));
+      return invalid_argument(
+          fmt::format("kv_lens[{}] = {} is outside 0 .. kv_capacity = {}", s, len, p.kv_capacity));
     const int64_t n_rows = int64_t{p.n_q_tokens} * G;
-    const int64_t rows_per_chunk =
-        std::max<int64_t>(1, std::min<int64_t>(n_rows, kMaxLogitsInFlight / std::max<int64_t>(len, 1)));
+    const int64_t rows_per_chunk = std::max<int64_t>(
+        1, std::min<int64_t>(n_rows, kMaxLogitsInFlight / std::max<int64_t>(len, 1)));
 
     for (int32_t kvh = 0; kvh < p.n_kv_heads; ++kvh) {
       // Rows of this (sequence, KV head): r = i * G + g, query token i, head kvh * G + g.
@@ -70,10 +70,9 @@ Status reference_attention(const AttentionProblem& p, const AttentionTensors& t,
         for (int64_t r = 0; r < nr; ++r) {
           const int64_t i = (r0 + r) / G, h = int64_t{kvh} * G + (r0 + r) % G;
           const int64_t pq = len - p.n_q_tokens + i;
-          double* lg = &logits[r * len];
+          double* lg = logits.data() + r * len;
           for (int64_t j = 0; j < len; ++j) {
-            const bool hidden =
-                (p.causal && j > pq) || (p.window > 0 && pq - j >= p.window);
+            const bool hidden = (p.causal && j > pq) || (p.window > 0 && pq - j >= p.window);
             double x = scale * lg[j];
             if (p.softcap > 0.0f) x = double{p.softcap} * std::tanh(x / double{p.softcap});
             if (p.has_alibi) x += double{t.alibi_slopes[h]} * static_cast<double>(j - pq);

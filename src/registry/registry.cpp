@@ -21,8 +21,10 @@ namespace kvflash {
 
 const char* to_string(Backend b) {
   switch (b) {
-    case Backend::cpu: return "cpu";
-    case Backend::cuda: return "cuda";
+    case Backend::cpu:
+      return "cpu";
+    case Backend::cuda:
+      return "cuda";
   }
   return "unknown";
 }
@@ -116,7 +118,8 @@ Expected<const KernelCandidate*> select_impl(const AttentionProblem& p, const Se
     if (excluded(force))
       return unsupported(fmt::format("forced kernel '{}' is also excluded", force));
     if (auto why = first_rejection(*it, p))
-      return unsupported(fmt::format("forced kernel '{}' rejects {}: {}", force, describe(p), *why));
+      return unsupported(
+          fmt::format("forced kernel '{}' rejects {}: {}", force, describe(p), *why));
     return &*it;
   }
 
@@ -124,7 +127,8 @@ Expected<const KernelCandidate*> select_impl(const AttentionProblem& p, const Se
   for (const KernelCandidate& c : all) {
     std::string why;
     if (opt.backend && c.backend != *opt.backend)
-      why = fmt::format("backend is {}, {} was asked", to_string(c.backend), to_string(*opt.backend));
+      why =
+          fmt::format("backend is {}, {} was asked", to_string(c.backend), to_string(*opt.backend));
     else if (excluded(c.name))
       why = "excluded by name";
     else if (c.opt_in_only)
@@ -146,7 +150,8 @@ Expected<const KernelCandidate*> select_impl(const AttentionProblem& p, const Se
 
 }  // namespace
 
-Expected<const KernelCandidate*> select_kernel(const AttentionProblem& p, const SelectOptions& opt) {
+Expected<const KernelCandidate*> select_kernel(const AttentionProblem& p,
+                                               const SelectOptions& opt) {
   Expected<const KernelCandidate*> r = select_impl(p, opt);
   if (log_dispatch()) {
     if (r)
@@ -181,7 +186,8 @@ Status attention(const AttentionProblem& p, const AttentionTensors& t, const Pla
   if (pl->kernel->backend != Backend::cpu)
     return unsupported(fmt::format(
         "attention() runs host buffers; kernel '{}' is a {} kernel: use plan()/run() with device "
-        "buffers", pl->kernel->name, to_string(pl->kernel->backend)));
+        "buffers",
+        pl->kernel->name, to_string(pl->kernel->backend)));
   std::unique_ptr<uint8_t[]> ws;
   if (pl->workspace_bytes > 0) {
     ws.reset(new (std::nothrow) uint8_t[pl->workspace_bytes]);

@@ -80,8 +80,8 @@ double nmse(const std::vector<float>& a, const std::vector<float>& ref) {
 void expect_matches_reference(Inputs& in, const std::string& kernel, int32_t threads = 2) {
   std::vector<float> out, lse, ref_out, ref_lse;
   AttentionTensors t = in.tensors(out, lse);
-  Status s = attention(in.p, t, {.select = {.force = kernel, .read_environment = false},
-                                 .n_threads = threads});
+  Status s = attention(
+      in.p, t, {.select = {.force = kernel, .read_environment = false}, .n_threads = threads});
   ASSERT_TRUE(s.ok()) << kernel << ": " << s.message();
   AttentionTensors r = in.tensors(ref_out, ref_lse);
   ASSERT_TRUE(reference_attention(in.p, r).ok());
@@ -103,7 +103,8 @@ std::vector<std::string> cpu_kernels(bool decode) {
     const bool is_decode = c.name.find("decode") != std::string::npos;
     if (is_decode != decode) continue;
     AttentionProblem p;
-    if (select_kernel(p, {.force = c.name, .read_environment = false}).ok()) names.push_back(c.name);
+    if (select_kernel(p, {.force = c.name, .read_environment = false}).ok())
+      names.push_back(c.name);
   }
   return names;
 }

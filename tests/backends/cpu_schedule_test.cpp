@@ -1,8 +1,8 @@
+#include "backends/cpu/cpu_schedule.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
-
-#include "backends/cpu/cpu_schedule.hpp"
 
 namespace kvflash::cpu {
 namespace {
@@ -19,19 +19,25 @@ TEST(CpuSchedule, WorkedExampleFromTheHeader) {
   CpuSchedule s = cpu_schedule(decode(8, 131072), 2);
   EXPECT_EQ(s.tile_tokens, 1);
   EXPECT_EQ(s.n_tiles, 1);
-  EXPECT_EQ(s.n_splits, 1);
+  EXPECT_EQ(s.n_splits, 8);
   EXPECT_EQ(s.n_tasks, 8);
   EXPECT_EQ(s.tile_rows(), 4);
+  EXPECT_EQ(s.task_rows(), 32);
 
   CpuSchedule one = cpu_schedule(decode(1, 131072), 2);
   EXPECT_EQ(one.n_splits, 8);
   EXPECT_EQ(one.tile_rows(), 32);
+  EXPECT_EQ(one.task_rows(), 32);
 }
 
 TEST(CpuSchedule, ShortContextIsNotSplitBelowTheMinimum) {
   EXPECT_EQ(cpu_schedule(decode(1, 300), 16).n_splits, 1);
   EXPECT_EQ(cpu_schedule(decode(1, 1), 16).n_splits, 1);
   EXPECT_EQ(cpu_schedule(decode(1, 1024), 16).n_splits, 4);
+  // A batch of sequences already gives enough tasks.
+  AttentionProblem b = decode(8, 1 << 20);
+  b.n_seqs = 64;
+  EXPECT_EQ(cpu_schedule(b, 2).n_splits, 1);
 }
 
 TEST(CpuSchedule, DecodeKeepsEveryQueryTokenInOneTile) {

@@ -1,7 +1,7 @@
+#include "kvflash/problem.hpp"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include "kvflash/problem.hpp"
 
 namespace kvflash {
 namespace {
@@ -14,7 +14,9 @@ AttentionProblem base() {
   return p;
 }
 
-TEST(Problem, DefaultsAreValid) { EXPECT_TRUE(validate(base()).ok()); }
+TEST(Problem, DefaultsAreValid) {
+  EXPECT_TRUE(validate(base()).ok());
+}
 
 TEST(Problem, EveryHeadDimPairOfTheSpaceIsValid) {
   for (HeadDims hd : SupportedSpace::head_dims) {
@@ -35,19 +37,24 @@ struct Rejection {
 
 TEST(Problem, RejectionsNameFieldValueAndAllowed) {
   const Rejection cases[] = {
-      {"head dim", [](AttentionProblem& p) { p.head_dim = {100, 100}; }, "head_dim", "100/100",
-       "576/512"},
-      {"mixed dims", [](AttentionProblem& p) { p.head_dim = {128, 64}; }, "head_dim", "128/64",
-       "192/128"},
+      {"head dim",
+       [](AttentionProblem& p) {
+         p.head_dim = {100, 100};
+       },
+       "head_dim", "100/100", "576/512"},
+      {"mixed dims",
+       [](AttentionProblem& p) {
+         p.head_dim = {128, 64};
+       },
+       "head_dim", "128/64", "192/128"},
       {"gqa", [](AttentionProblem& p) { p.n_kv_heads = 5; }, "n_kv_heads", "5", "divisor"},
       {"kv > q heads", [](AttentionProblem& p) { p.n_kv_heads = 64; }, "n_kv_heads", "64",
        "divisor"},
       {"zero tokens", [](AttentionProblem& p) { p.n_q_tokens = 0; }, "n_q_tokens", "0", "1 .."},
       {"zero seqs", [](AttentionProblem& p) { p.n_seqs = 0; }, "n_seqs", "0", "1 .."},
       {"capacity", [](AttentionProblem& p) { p.kv_capacity = 0; }, "kv_capacity", "0", "1 .."},
-      {"capacity max",
-       [](AttentionProblem& p) { p.kv_capacity = SupportedSpace::max_kv_len + 1; }, "kv_capacity",
-       "4294967297", "4294967296"},
+      {"capacity max", [](AttentionProblem& p) { p.kv_capacity = SupportedSpace::max_kv_len + 1; },
+       "kv_capacity", "4294967297", "4294967296"},
       {"k type", [](AttentionProblem& p) { p.k_type = static_cast<KvType>(42); }, "k_type", "42",
        "turbo4"},
       {"v type", [](AttentionProblem& p) { p.v_type = static_cast<KvType>(9); }, "v_type", "9",

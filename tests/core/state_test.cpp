@@ -1,12 +1,12 @@
 // The shared merge rule: any number of partials, in any order, equals the state of all keys at
 // once; partials that saw only masked keys (m = -inf) merge away without NaN.
+#include "kvflash/state.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 #include <vector>
-
-#include "kvflash/state.hpp"
 
 namespace kvflash {
 namespace {
@@ -76,8 +76,7 @@ TEST_P(MergeMany, EqualsAllKeysAtOnce) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Partials, MergeMany,
-                         ::testing::Values(1, 2, 31, 32, 33, 1000, 100000));
+INSTANTIATE_TEST_SUITE_P(Partials, MergeMany, ::testing::Values(1, 2, 31, 32, 33, 1000, 100000));
 
 TEST(State, TwoEmptyStatesMergeToEmptyWithoutNaN) {
   float o_a[2] = {0, 0}, o_b[2] = {0, 0};

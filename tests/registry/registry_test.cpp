@@ -1,10 +1,10 @@
+#include "kvflash/registry.hpp"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <set>
-
-#include "kvflash/registry.hpp"
 
 namespace kvflash {
 namespace {
@@ -15,8 +15,7 @@ using ::testing::StartsWith;
 // The supported space at its boundaries: every point inside selects a CPU kernel.
 TEST(RegistrySweep, EveryPointInsideTheSpaceSelectsAKernel) {
   const int32_t q_tokens[] = {1, 8, 9, 512};
-  const int64_t kv_lens[] = {1,      63,     64,      2048,    2049,
-                             4864,   262144, 262145,  1048576, 4194304};
+  const int64_t kv_lens[] = {1, 63, 64, 2048, 2049, 4864, 262144, 262145, 1048576, 4194304};
   int64_t points = 0;
   std::set<std::string> chosen;
   for (HeadDims hd : SupportedSpace::head_dims)
@@ -66,9 +65,21 @@ TEST(RegistrySweep, EveryPointOutsideGetsAnErrorNamingTheField) {
       {"kv 0", [](AttentionProblem& p) { p.kv_capacity = 0; }, "kv_capacity"},
       {"kv max+1", [](AttentionProblem& p) { p.kv_capacity = SupportedSpace::max_kv_len + 1; },
        "kv_capacity"},
-      {"dim 100", [](AttentionProblem& p) { p.head_dim = {100, 100}; }, "head_dim"},
-      {"dim 576/576", [](AttentionProblem& p) { p.head_dim = {576, 576}; }, "head_dim"},
-      {"dim 0", [](AttentionProblem& p) { p.head_dim = {0, 0}; }, "head_dim"},
+      {"dim 100",
+       [](AttentionProblem& p) {
+         p.head_dim = {100, 100};
+       },
+       "head_dim"},
+      {"dim 576/576",
+       [](AttentionProblem& p) {
+         p.head_dim = {576, 576};
+       },
+       "head_dim"},
+      {"dim 0",
+       [](AttentionProblem& p) {
+         p.head_dim = {0, 0};
+       },
+       "head_dim"},
       {"type", [](AttentionProblem& p) { p.k_type = static_cast<KvType>(200); }, "k_type"},
       {"gqa 32/7", [](AttentionProblem& p) { p.n_kv_heads = 7; }, "n_kv_heads"},
       {"heads 0", [](AttentionProblem& p) { p.n_q_heads = 0; }, "n_q_heads"},

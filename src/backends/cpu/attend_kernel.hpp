@@ -12,37 +12,46 @@ namespace kvflash::cpu {
 
 // Keys are consumed in chunks of this many tokens: dequantized into a small per-thread tile
 // (never a whole-window copy), scored against every row, then folded into the states.
-inline constexpr int32_t kKeyChunk = 64;
+inline constexpr int32_t kKeyChunk = 32;
 // Every head dim of the supported space (and its turbo padding) is a multiple of this: the
 // kernel's vectors are this wide.
 inline constexpr int32_t kLanes = 16;
 
+// One call covers n_heads KV heads of one sequence over keys [kv_begin, kv_end), walked in blocks
+// of block_keys tokens, every head within a block. Per-head data sits at fixed strides from the
+// head-0 pointers below.
 struct AttendParams {
   KvType k_type, v_type;
   int32_t dk;      // stored K values per row: padded_values(k_type, head_dim.k) for turbo, else dk
   int32_t dv;      // stored V values per row, likewise
   int32_t dk_row;  // head_dim.k (the logical row length quantize_row saw)
   int32_t dv_row;  // head_dim.v
-  const uint8_t* k;      // row of key 0 of this (sequence, KV head)
-  int64_t k_stride;      // bytes between tokens
+  const uint8_t* k;       // row of key 0 of KV head 0 of this sequence
+  int64_t k_stride;       // bytes between tokens
+  int64_t k_head_stride;  // bytes between KV heads
   const uint8_t* v;
   int64_t v_stride;
+  int64_t v_head_stride;
+  int32_t n_heads;
+  int64_t block_keys;
   int64_t kv_begin, kv_end;  // key positions [begin, end)
+  int64_t prefetch_end;      // keys in [kv_end, prefetch_end) come next: they may be prefetched
 
-  int32_t n_rows;        // query rows: row r is query token r / group, head (kv_head*group + r % group)
+  int32_t n_rows;  // query rows: row r is query token r / group, head (kv_head*group + r % group)
   int32_t group;
-  const float* q;        // (n_rows, dk): scaled by the logit scale, rotated when K is turbo
-  int64_t q_pos0;        // position of query token 0 (token i at q_pos0 + i)
+  int32_t head_rows;  // rows between one KV head's q / o / m / l and the next's (>= n_rows)
+  const float* q;     // (n_heads, n_rows, dk): scaled by the logit scale, rotated when K is turbo
+  int64_t q_pos0;     // position of query token 0 (token i at q_pos0 + i)
   bool causal;
-  int64_t window;        // 0 = off
-  float softcap;         // 0 = off; q already holds the scale, so logits are capped directly
-  const float* alibi;    // (group) slopes of this KV head's query heads, or nullptr
-  const float* mask;     // row for query token 0 (token i at mask + i * mask_stride), or nullptr
+  int64_t window;      // 0 = off
+  float softcap;       // 0 = off; q already holds the scale, so logits are capped directly
+  const float* alibi;  // (n_heads, group) slopes of the query heads, or nullptr
+  const float* mask;   // row for query token 0 (token i at mask + i * mask_stride), or nullptr
   int64_t mask_stride;
 
-  float* o;  // (n_rows, dv) running unnormalized outputs, in the storage domain of V
-  float* m;  // (n_rows) running maxima, natural-log units
-  float* l;  // (n_rows) running sums
+  float* o;  // (n_heads, n_rows, dv) running unnormalized outputs, in the storage domain of V
+  float* m;  // (n_heads, n_rows) running maxima, natural-log units
+  float* l;  // (n_heads, n_rows) running sums
 
   float* scratch;  // attend_scratch_floats(...) floats, 64-byte aligned
 };

@@ -5,6 +5,8 @@
 
 namespace kvflash::cpu {
 
-void attend_avx512(const AttendParams& p) { avx512::attend(p); }
+void attend_avx512(const AttendParams& p) {
+  avx512::attend(p);
+}
 
 }  // namespace kvflash::cpu

@@ -17,9 +17,9 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <type_traits>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "backends/cpu/attend_kernel.hpp"
 #include "kvflash/blocks.hpp"
@@ -45,8 +45,12 @@ inline v16 load(const float* p) {
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
-inline void store(float* p, v16 v) { std::memcpy(p, &v, sizeof(v)); }
-inline v16 splat(float x) { return v16{} + x; }
+inline void store(float* p, v16 v) {
+  std::memcpy(p, &v, sizeof(v));
+}
+inline v16 splat(float x) {
+  return v16{} + x;
+}
 inline v16 as_float(v16u u) {
   v16 f;
   std::memcpy(&f, &u, sizeof(f));
@@ -57,15 +61,20 @@ inline v16u as_uint(v16 f) {
   std::memcpy(&u, &f, sizeof(u));
   return u;
 }
+// Horizontal max / sum by halving (4 shuffle + op steps instead of 15 scalar ones).
+template <class Op>
+[[gnu::always_inline]] inline float hreduce(v16 v, Op op) {
+  v = op(v, __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
+  v = op(v, __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11));
+  v = op(v, __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));
+  v = op(v, __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14));
+  return v[0];
+}
 inline float hmax(v16 v) {
-  float m = v[0];
-  for (int i = 1; i < kLanes; ++i) m = v[i] > m ? v[i] : m;
-  return m;
+  return hreduce(v, [](v16 a, v16 b) { return a > b ? a : b; });
 }
 inline float hsum(v16 v) {
-  float s = 0;
-  for (int i = 0; i < kLanes; ++i) s += v[i];
-  return s;
+  return hreduce(v, [](v16 a, v16 b) { return a + b; });
 }
 
 // exp(x) for x <= 0 (x = -inf gives 0): 2^(x log2 e) split into 2^n * 2^f, f in [-1/2, 1/2],
@@ -173,8 +182,8 @@ void deq_f16(const uint8_t* src, int32_t n, float* dst, const float*) {
 void deq_bf16(const uint8_t* src, int32_t n, float* dst, const float*) {
   for (int32_t d = 0; d < n; d += kLanes) {
 #if defined(__AVX512F__)
-    const __m512i w = _mm512_cvtepu16_epi32(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * d)));
+    const __m512i w =
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * d)));
     store(dst + d, (v16)_mm512_slli_epi32(w, 16));
 #else
     v16u w;
@@ -196,19 +205,20 @@ void deq_q4_0(const uint8_t* src, int32_t n, float* dst, const float*) {
   for (int32_t b = 0; b < n / kQ4_0Values; ++b) {
     const uint8_t* blk = src + b * sizeof(BlockQ4_0);
     const float d = half_to_float1(read_u16(blk));
+    const v16 dv = splat(d), bias = splat(-8.0f * d);  // d * (q - 8) = q * d - 8d: one FMA
     const v16i q = widen_u8(blk + offsetof(BlockQ4_0, qs));
-    store(dst + b * kQ4_0Values, __builtin_convertvector((q & 15) - 8, v16) * d);
-    store(dst + b * kQ4_0Values + kLanes, __builtin_convertvector((q >> 4) - 8, v16) * d);
+    store(dst + b * kQ4_0Values, __builtin_convertvector(q & 15, v16) * dv + bias);
+    store(dst + b * kQ4_0Values + kLanes, __builtin_convertvector(q >> 4, v16) * dv + bias);
   }
 }
 
 // Centroid lookup: table holds the 2^bits scaled centroids (turbo.hpp).
-inline v16 lookup(const v16i& code, const float* table) {
+inline v16 lookup(const v16i& code, const v16& table) {
 #if defined(__AVX512F__)
-  return (v16)_mm512_permutexvar_ps((__m512i)code, _mm512_loadu_ps(table));
+  return (v16)_mm512_permutexvar_ps((__m512i)code, (__m512)table);
 #else
   v16 r;
-  for (int i = 0; i < kLanes; ++i) r[i] = table[code[i]];
+  for (int i = 0; i < kLanes; ++i) r[i] = table[code[i] & (kLanes - 1)];  // bits 0..3, as vpermps
   return r;
 #endif
 }
@@ -216,14 +226,19 @@ inline v16 lookup(const v16i& code, const float* table) {
 // Codes of 16 consecutive values c*16 .. c*16+15 of a turbo block, from the bit planes of
 // blocks.hpp: byte j of the 2-bit plane holds values j, j+32, j+64, j+96; of the 4-bit plane
 // values j, j+64; of the 1-bit plane values j, j+16, ..., j+112.
+// Only the low 4 bits of each lane are meaningful: the lookup reads bits 0..3 and its 16-entry
+// table repeats the 4 or 8 centroids of turbo2 / turbo3, so bits above the code need no mask.
 template <int Bits>
-inline v16i turbo_codes(const uint8_t* qs, const uint8_t* qh, int c) {
+[[gnu::always_inline]] inline v16i turbo_codes(const uint8_t* qs, const v16i& qh, int c) {
   if constexpr (Bits == 4) {
-    return (widen_u8(qs + (c % 4) * kLanes) >> (4 * (c / 4))) & 15;
+    return widen_u8(qs + (c % 4) * kLanes) >> (4 * (c / 4));
+  } else if constexpr (Bits == 2) {
+    return widen_u8(qs + (c % 2) * kLanes) >> (2 * (c / 2));
   } else {
-    v16i code = (widen_u8(qs + (c % 2) * kLanes) >> (2 * (c / 2))) & 3;
-    if constexpr (Bits == 3) code |= ((widen_u8(qh) >> c) & 1) << 2;
-    return code;
+    const v16i lo = widen_u8(qs + (c % 2) * kLanes) >> (2 * (c / 2));
+    // Bit c of the 1-bit plane moved to bit 2.
+    const v16i hi = c >= 2 ? qh >> (c - 2) : qh << (2 - c);
+    return (lo & 3) | (hi & ~3);
   }
 }
 
@@ -233,36 +248,46 @@ void deq_turbo(const uint8_t* src, int32_t n, float* dst, const float* table) {
                                    std::conditional_t<Bits == 3, BlockTurbo3, BlockTurbo4>>;
   for (int32_t g = 0; g < n / kTurboValues; ++g) {
     const uint8_t* blk = src + g * sizeof(Block);
-    const float norm = half_to_float1(read_u16(blk));
+    // The block's norm folded into its table once: one multiply per block, not per value.
+    const v16 scaled = load(table) * half_to_float1(read_u16(blk));
     const uint8_t* qs = blk + 2;
-    const uint8_t* qh = blk + 2 + 32;  // the 1-bit plane of turbo3
+    const v16i qh = Bits == 3 ? widen_u8(blk + 2 + 32) : v16i{};  // the 1-bit plane of turbo3
 #pragma GCC unroll 8
     for (int c = 0; c < kTurboValues / kLanes; ++c)
-      store(dst + g * kTurboValues + c * kLanes, lookup(turbo_codes<Bits>(qs, qh, c), table) * norm);
+      store(dst + g * kTurboValues + c * kLanes, lookup(turbo_codes<Bits>(qs, qh, c), scaled));
   }
 }
 
 using Dequant = void (*)(const uint8_t*, int32_t, float*, const float*);
 Dequant pick_dequant(KvType t) {
   switch (t) {
-    case KvType::f32: return deq_f32;
-    case KvType::f16: return deq_f16;
-    case KvType::bf16: return deq_bf16;
-    case KvType::q8_0: return deq_q8_0;
-    case KvType::q4_0: return deq_q4_0;
-    case KvType::turbo2: return deq_turbo<2>;
-    case KvType::turbo3: return deq_turbo<3>;
-    case KvType::turbo4: return deq_turbo<4>;
+    case KvType::f32:
+      return deq_f32;
+    case KvType::f16:
+      return deq_f16;
+    case KvType::bf16:
+      return deq_bf16;
+    case KvType::q8_0:
+      return deq_q8_0;
+    case KvType::q4_0:
+      return deq_q4_0;
+    case KvType::turbo2:
+      return deq_turbo<2>;
+    case KvType::turbo3:
+      return deq_turbo<3>;
+    case KvType::turbo4:
+      return deq_turbo<4>;
   }
   return nullptr;
 }
-// The centroids of a turbo type padded to 16 entries, so a 16-lane permute never reads past the
-// 4 or 8 centroids of turbo2 / turbo3 (codes never index the padding).
+// The centroids of a turbo type repeated to fill 16 entries (4 x turbo2, 2 x turbo3), so a
+// 16-lane permute reads a centroid whatever the bits above the code hold (see turbo_codes).
 struct CentroidTable {
   float c[kLanes] = {};
   explicit CentroidTable(KvType t) {
     if (!is_rotated(t)) return;
-    for (int i = 0; i < (1 << turbo_bits(t)); ++i) c[i] = turbo_centroids(t)[i];
+    const int n = 1 << turbo_bits(t);
+    for (int i = 0; i < kLanes; ++i) c[i] = turbo_centroids(t)[i % n];
   }
 };
 
@@ -307,7 +332,7 @@ struct CentroidTable {
 
 inline void prefetch_row(const uint8_t* row, int64_t bytes) {
   constexpr int64_t kLine = 64;
-  for (int64_t b = 0; b < bytes; b += kLine) __builtin_prefetch(row + b, 0, 3);
+  for (int64_t b = 0; b < bytes; b += kLine) __builtin_prefetch(row + b, 0, 2);
 }
 
 // o[0 .. U*16) += sum_j w[j] * v[j * dv + 0 .. U*16): U vectors of o stay in registers.
@@ -329,15 +354,25 @@ template <int U>
 
 }  // namespace
 
-void attend(const AttendParams& p) {
-  const Dequant deq_k = pick_dequant(p.k_type), deq_v = pick_dequant(p.v_type);
-  const CentroidTable ck(p.k_type), cv(p.v_type);
-  const float* tab_k = ck.c;
-  const float* tab_v = cv.c;
+namespace {
+
+// What stays the same for every head and block of one call.
+struct Context {
+  Dequant deq_k, deq_v;
+  CentroidTable ck, cv;
+  explicit Context(const AttendParams& p)
+      : deq_k(pick_dequant(p.k_type)), deq_v(pick_dequant(p.v_type)), ck(p.k_type), cv(p.v_type) {}
+};
+
+// One KV head, keys [p.kv_begin, p.kv_end).
+void attend_head(const AttendParams& p, const Context& ctx) {
+  const Dequant deq_k = ctx.deq_k, deq_v = ctx.deq_v;
+  const float* tab_k = ctx.ck.c;
+  const float* tab_v = ctx.cv.c;
   const int32_t dk = p.dk, dv = p.dv, G = p.group;
-  float* ktile = p.scratch;                       // (kKeyChunk, dk)
-  float* vtile = ktile + kKeyChunk * dk;          // (kKeyChunk, dv)
-  float* probs = vtile + kKeyChunk * dv;          // (n_rows, kKeyChunk)
+  float* ktile = p.scratch;               // (kKeyChunk, dk)
+  float* vtile = ktile + kKeyChunk * dk;  // (kKeyChunk, dv)
+  float* probs = vtile + kKeyChunk * dv;  // (n_rows, kKeyChunk)
   const int32_t n_tokens = p.n_rows / G;
   // Keys any row can see: the last query sees the most under causal, the first the oldest under
   // a window. Chunks outside [lo, hi] are skipped without reading them.
@@ -345,6 +380,8 @@ void attend(const AttendParams& p) {
   if (p.causal) hi = std::min<int64_t>(hi, p.q_pos0 + n_tokens - 1);
   if (p.window > 0) lo = std::max<int64_t>(lo, p.q_pos0 - p.window + 1);
   if (hi < lo) return;
+  // One past the last key any row of this call can see in the range that follows (prefetching).
+  const int64_t pf_limit = p.causal ? p.q_pos0 + n_tokens : std::numeric_limits<int64_t>::max();
   const int64_t first = p.kv_begin + (lo - p.kv_begin) / kKeyChunk * kKeyChunk;
 
   const int64_t k_row_bytes = static_cast<int64_t>(row_size(p.k_type, p.dk_row));
@@ -352,15 +389,18 @@ void attend(const AttendParams& p) {
   for (int64_t c0 = first; c0 <= hi; c0 += kKeyChunk) {
     const int32_t n = static_cast<int32_t>(std::min<int64_t>(kKeyChunk, p.kv_end - c0));
     // Rows of one head are strided (other heads sit between them in a token-major cache), which
-    // the hardware prefetchers follow poorly: ask for the next chunk's K and V rows now.
-    const int32_t n_next = static_cast<int32_t>(
-        std::clamp<int64_t>(std::min(p.kv_end, hi + 1) - (c0 + kKeyChunk), 0, kKeyChunk));
-    for (int32_t j = 0; j < n_next; ++j) {
-      prefetch_row(p.k + (c0 + kKeyChunk + j) * p.k_stride, k_row_bytes);
-      prefetch_row(p.v + (c0 + kKeyChunk + j) * p.v_stride, v_row_bytes);
-    }
-    for (int32_t j = 0; j < n; ++j)
+    // the hardware prefetchers follow poorly: ask for the next chunk's K and V rows while this
+    // one is dequantized, one row each step, into L2 (an L1 burst would fill its miss queue).
+    const int64_t pf_end = std::min(std::max(p.kv_end, p.prefetch_end), pf_limit);
+    const int32_t n_next =
+        static_cast<int32_t>(std::clamp<int64_t>(pf_end - (c0 + n), 0, kKeyChunk));
+    for (int32_t j = 0; j < n; ++j) {
+      if (j < n_next) {
+        prefetch_row(p.k + (c0 + n + j) * p.k_stride, k_row_bytes);
+        prefetch_row(p.v + (c0 + n + j) * p.v_stride, v_row_bytes);
+      }
       deq_k(p.k + (c0 + j) * p.k_stride, dk, ktile + j * dk, tab_k);
+    }
     // Keys past the range score against zeros and are then hidden; zeroing keeps them finite.
     if (n < kKeyChunk) std::memset(ktile + n * dk, 0, sizeof(float) * (kKeyChunk - n) * dk);
 
@@ -422,8 +462,7 @@ void attend(const AttendParams& p) {
     }
     if (!any_visible) continue;
 
-    for (int32_t j = 0; j < n; ++j)
-      deq_v(p.v + (c0 + j) * p.v_stride, dv, vtile + j * dv, tab_v);
+    for (int32_t j = 0; j < n; ++j) deq_v(p.v + (c0 + j) * p.v_stride, dv, vtile + j * dv, tab_v);
     // o[r] += sum_j probs[r][j] * V[j]; eight vectors of o stay in registers across the keys.
     constexpr int32_t kBlock = 8 * kLanes;
     for (int32_t r = 0; r < p.n_rows; ++r) {
@@ -434,9 +473,34 @@ void attend(const AttendParams& p) {
         if (nv == 8) {
           pv_block<8>(pr, n, vtile + d0, dv, o + d0);
         } else {
-          for (int32_t u = 0; u < nv; ++u) pv_block<1>(pr, n, vtile + d0 + u * kLanes, dv, o + d0 + u * kLanes);
+          for (int32_t u = 0; u < nv; ++u)
+            pv_block<1>(pr, n, vtile + d0 + u * kLanes, dv, o + d0 + u * kLanes);
         }
       }
+    }
+  }
+}
+
+}  // namespace
+
+void attend(const AttendParams& p) {
+  const Context ctx(p);
+  AttendParams h = p;
+  h.prefetch_end = p.kv_end;
+  const int64_t rows = p.head_rows;
+  // Block by block, every head: consecutive tokens of all heads are read together.
+  for (int64_t b = p.kv_begin; b < p.kv_end; b += p.block_keys) {
+    h.kv_begin = b;
+    h.kv_end = std::min(p.kv_end, b + p.block_keys);
+    for (int32_t head = 0; head < p.n_heads; ++head) {
+      h.k = p.k + head * p.k_head_stride;
+      h.v = p.v + head * p.v_head_stride;
+      h.q = p.q + head * rows * p.dk;
+      h.o = p.o + head * rows * p.dv;
+      h.m = p.m + head * rows;
+      h.l = p.l + head * rows;
+      h.alibi = p.alibi ? p.alibi + int64_t{head} * p.group : nullptr;
+      attend_head(h, ctx);
     }
   }
 }

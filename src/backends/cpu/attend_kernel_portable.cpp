@@ -5,7 +5,9 @@
 
 namespace kvflash::cpu {
 
-void attend_portable(const AttendParams& p) { portable::attend(p); }
+void attend_portable(const AttendParams& p) {
+  portable::attend(p);
+}
 
 int64_t attend_scratch_floats(int32_t dk, int32_t dv, int32_t n_rows) {
   return int64_t{kKeyChunk} * (dk + dv) + int64_t{n_rows} * kKeyChunk;

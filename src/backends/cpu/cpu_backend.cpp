@@ -20,15 +20,17 @@ namespace kvflash::cpu {
 namespace {
 
 constexpr size_t kAlign = 64;
-constexpr size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+constexpr size_t align_up(size_t x) {
+  return (x + kAlign - 1) / kAlign * kAlign;
+}
 
 // Where everything lives in the workspace. Computed by the same function for plan() (size only)
 // and run() (offsets), so the two cannot disagree.
 struct Layout {
   CpuSchedule sched;
-  int32_t dk_st = 0, dv_st = 0;  // stored values per K / V row (block padding included)
-  size_t o_off = 0, m_off = 0, l_off = 0;  // per-task partial states
-  size_t thread_off = 0, thread_bytes = 0; // per-thread: query tile, kernel scratch, output row
+  int32_t dk_st = 0, dv_st = 0;             // stored values per K / V row (block padding included)
+  size_t o_off = 0, m_off = 0, l_off = 0;   // per-task partial states
+  size_t thread_off = 0, thread_bytes = 0;  // per-thread: query tile, kernel scratch, output row
   size_t q_bytes = 0, scratch_bytes = 0;
   size_t total = 0;
 };
@@ -38,7 +40,7 @@ Layout make_layout(const AttentionProblem& p, int32_t n_threads) {
   L.sched = cpu_schedule(p, n_threads);
   L.dk_st = static_cast<int32_t>(padded_values(p.k_type, p.head_dim.k));
   L.dv_st = static_cast<int32_t>(padded_values(p.v_type, p.head_dim.v));
-  const auto rows = static_cast<size_t>(L.sched.tile_rows());
+  const auto rows = static_cast<size_t>(L.sched.task_rows());
   const auto tasks = static_cast<size_t>(L.sched.n_tasks);
   size_t off = 0;
   L.o_off = off;
@@ -48,10 +50,10 @@ Layout make_layout(const AttentionProblem& p, int32_t n_threads) {
   L.l_off = off;
   off = align_up(off + tasks * rows * sizeof(float));
   L.thread_off = off;
-  L.q_bytes = align_up(rows * L.dk_st * sizeof(float));
+  L.q_bytes = align_up(rows * L.dk_st * sizeof(float));  // every KV head's query rows
   L.scratch_bytes = align_up(static_cast<size_t>(attend_scratch_floats(L.dk_st, L.dv_st,
                                                                        L.sched.tile_rows())) *
-                             sizeof(float));
+                             sizeof(float));  // one KV head at a time
   L.thread_bytes = L.q_bytes + L.scratch_bytes + align_up(L.dv_st * sizeof(float));
   L.total = off + L.thread_bytes * std::max(n_threads, 1) + kAlign;  // + kAlign: base alignment
   return L;
@@ -74,23 +76,23 @@ Status run_cpu(const Plan& plan, const AttentionTensors& t, void* workspace, Ker
     return invalid_argument("workspace is null but the plan needs workspace_bytes > 0");
 
   const Layout L = make_layout(p, plan.n_threads);
-  auto* base = reinterpret_cast<uint8_t*>(
-      (reinterpret_cast<uintptr_t>(workspace) + kAlign - 1) / kAlign * kAlign);
+  auto* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(workspace) + kAlign - 1) /
+                                          kAlign * kAlign);
   auto* part_o = reinterpret_cast<float*>(base + L.o_off);
   auto* part_m = reinterpret_cast<float*>(base + L.m_off);
   auto* part_l = reinterpret_cast<float*>(base + L.l_off);
   const CpuSchedule& S = L.sched;
   const int32_t G = S.group, rows = S.tile_rows(), dk = p.head_dim.k, dv = p.head_dim.v;
+  const int64_t task_rows = S.task_rows();
   const float scale = p.effective_scale();
   const bool rot_k = is_rotated(p.k_type), rot_v = is_rotated(p.v_type);
   auto thread_mem = [&](int32_t thread) { return base + L.thread_off + thread * L.thread_bytes; };
 
-  // Task index = ((seq * n_kv + kv_head) * n_tiles + tile) * n_splits + split.
+  // Task index = (seq * n_tiles + tile) * n_splits + split; a task covers every KV head.
   ThreadPool::global().parallel_for(S.n_tasks, plan.n_threads, [&](int64_t task, int32_t thread) {
     const int64_t split = task % S.n_splits;
     const int64_t tile = task / S.n_splits % S.n_tiles;
-    const int64_t kvh = task / S.n_splits / S.n_tiles % p.n_kv_heads;
-    const int64_t seq = task / S.n_splits / S.n_tiles / p.n_kv_heads;
+    const int64_t seq = task / S.n_splits / S.n_tiles;
     const int64_t len = t.kv_lens ? t.kv_lens[seq] : p.kv_capacity;
     const int64_t per = (len + S.n_splits - 1) / S.n_splits;
     const int64_t begin = std::min(len, split * per), end = std::min(len, begin + per);
@@ -98,24 +100,27 @@ Status run_cpu(const Plan& plan, const AttentionTensors& t, void* workspace, Ker
     const int32_t n_tok = std::min(S.tile_tokens, p.n_q_tokens - i0);
     const int32_t n_rows = n_tok * G;
 
-    float* o = part_o + task * rows * L.dv_st;
-    float* m = part_m + task * rows;
-    float* l = part_l + task * rows;
-    std::fill(o, o + static_cast<int64_t>(n_rows) * L.dv_st, 0.0f);
-    std::fill(m, m + n_rows, state_empty_m<float>());
-    std::fill(l, l + n_rows, 0.0f);
+    float* o = part_o + task * task_rows * L.dv_st;
+    float* m = part_m + task * task_rows;
+    float* l = part_l + task * task_rows;
+    std::fill(o, o + task_rows * L.dv_st, 0.0f);
+    std::fill(m, m + task_rows, state_empty_m<float>());
+    std::fill(l, l + task_rows, 0.0f);
     if (begin >= end) return;
 
-    // Query rows: zero-padded to the stored K width, rotated when K is turbo, scaled.
+    // Query rows of every KV head: zero-padded to the stored K width, rotated when K is turbo,
+    // scaled. Head kvh's rows start at q + kvh * rows * dk_st.
     auto* q = reinterpret_cast<float*>(thread_mem(thread));
-    for (int32_t r = 0; r < n_rows; ++r) {
-      const int64_t i = i0 + r / G, h = kvh * G + r % G;
-      const float* src = t.q + ((seq * p.n_q_tokens + i) * p.n_q_heads + h) * dk;
-      float* dst = q + static_cast<int64_t>(r) * L.dk_st;
-      std::copy(src, src + dk, dst);
-      std::fill(dst + dk, dst + L.dk_st, 0.0f);
-      if (rot_k) rotate_forward(dst, L.dk_st);
-      for (int32_t d = 0; d < L.dk_st; ++d) dst[d] *= scale;
+    for (int32_t kvh = 0; kvh < p.n_kv_heads; ++kvh) {
+      for (int32_t r = 0; r < n_rows; ++r) {
+        const int64_t i = i0 + r / G, h = int64_t{kvh} * G + r % G;
+        const float* src = t.q + ((seq * p.n_q_tokens + i) * p.n_q_heads + h) * dk;
+        float* dst = q + (int64_t{kvh} * rows + r) * L.dk_st;
+        std::copy(src, src + dk, dst);
+        std::fill(dst + dk, dst + L.dk_st, 0.0f);
+        if (rot_k) rotate_forward(dst, L.dk_st);
+        for (int32_t d = 0; d < L.dk_st; ++d) dst[d] *= scale;
+      }
     }
     AttendParams a{};
     a.k_type = p.k_type;
@@ -124,52 +129,59 @@ Status run_cpu(const Plan& plan, const AttentionTensors& t, void* workspace, Ker
     a.dv = L.dv_st;
     a.dk_row = dk;
     a.dv_row = dv;
-    a.k = kv_at(t.k, seq, kvh);
     a.k_stride = t.k.stride_token;
-    a.v = kv_at(t.v, seq, kvh);
     a.v_stride = t.v.stride_token;
-    a.kv_begin = begin;
-    a.kv_end = end;
     a.n_rows = n_rows;
+    a.head_rows = rows;
     a.group = G;
-    a.q = q;
     a.q_pos0 = len - p.n_q_tokens + i0;
     a.causal = p.causal;
     a.window = p.window;
     a.softcap = p.softcap;
-    a.alibi = p.has_alibi ? t.alibi_slopes + kvh * G : nullptr;
     a.mask = p.has_mask ? t.mask + (seq * p.n_q_tokens + i0) * t.mask_stride : nullptr;
     a.mask_stride = t.mask_stride;
+    a.prefetch_end = end;
+    a.scratch = reinterpret_cast<float*>(thread_mem(thread) + L.q_bytes);
+    a.kv_begin = begin;
+    a.kv_end = end;
+    a.block_keys = kHeadBlockKeys;
+    a.n_heads = p.n_kv_heads;
+    a.k = kv_at(t.k, seq, 0);
+    a.v = kv_at(t.v, seq, 0);
+    a.k_head_stride = t.k.stride_head;
+    a.v_head_stride = t.v.stride_head;
+    a.q = q;
+    a.alibi = p.has_alibi ? t.alibi_slopes : nullptr;
     a.o = o;
     a.m = m;
     a.l = l;
-    a.scratch = reinterpret_cast<float*>(thread_mem(thread) + L.q_bytes);
     kernel(a);
   });
 
-  // Merge the splits of each (sequence, KV head, tile) and finalize every row.
+  // Merge the splits of each (sequence, tile) and finalize every row of every KV head.
   const int64_t n_groups = S.n_tasks / S.n_splits;
   ThreadPool::global().parallel_for(n_groups, plan.n_threads, [&](int64_t g, int32_t thread) {
     const int64_t tile = g % S.n_tiles;
-    const int64_t kvh = g / S.n_tiles % p.n_kv_heads;
-    const int64_t seq = g / S.n_tiles / p.n_kv_heads;
+    const int64_t seq = g / S.n_tiles;
     const int32_t i0 = static_cast<int32_t>(tile * S.tile_tokens);
     const int32_t n_rows = std::min(S.tile_tokens, p.n_q_tokens - i0) * G;
     auto* merged = reinterpret_cast<float*>(thread_mem(thread));
     auto* row_out = reinterpret_cast<float*>(thread_mem(thread) + L.q_bytes + L.scratch_bytes);
     const int64_t t0 = g * S.n_splits;  // first task of this group
-    for (int32_t r = 0; r < n_rows; ++r) {
-      float mm = 0, ll = 0;
-      merge_states<float>(S.n_splits, part_o + (t0 * rows + r) * L.dv_st,
-                          int64_t{rows} * L.dv_st, part_m + t0 * rows + r,
-                          part_l + t0 * rows + r, L.dv_st, merged, mm, ll, rows);
-      const int64_t i = i0 + r / G, h = kvh * G + r % G;
-      const int64_t orow = (seq * p.n_q_tokens + i) * p.n_q_heads + h;
-      const float sink = p.has_sinks ? t.sinks[h] : 0.0f;
-      finalize_state<float>(merged, mm, ll, p.has_sinks, sink, L.dv_st, row_out,
-                            t.lse ? t.lse + orow : nullptr);
-      if (rot_v) rotate_inverse(row_out, L.dv_st);
-      std::copy(row_out, row_out + dv, t.out + orow * dv);
+    for (int32_t kvh = 0; kvh < p.n_kv_heads; ++kvh) {
+      for (int32_t r = 0; r < n_rows; ++r) {
+        const int64_t row = t0 * task_rows + int64_t{kvh} * rows + r;
+        float mm = 0, ll = 0;
+        merge_states<float>(S.n_splits, part_o + row * L.dv_st, task_rows * L.dv_st, part_m + row,
+                            part_l + row, L.dv_st, merged, mm, ll, task_rows);
+        const int64_t i = i0 + r / G, h = int64_t{kvh} * G + r % G;
+        const int64_t orow = (seq * p.n_q_tokens + i) * p.n_q_heads + h;
+        const float sink = p.has_sinks ? t.sinks[h] : 0.0f;
+        finalize_state<float>(merged, mm, ll, p.has_sinks, sink, L.dv_st, row_out,
+                              t.lse ? t.lse + orow : nullptr);
+        if (rot_v) rotate_inverse(row_out, L.dv_st);
+        std::copy(row_out, row_out + dv, t.out + orow * dv);
+      }
     }
   });
   return {};

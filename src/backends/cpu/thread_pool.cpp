@@ -1,6 +1,14 @@
 #include "backends/cpu/thread_pool.hpp"
 
 #include <algorithm>
+#include <chrono>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define KVFLASH_PAUSE() _mm_pause()
+#else
+#define KVFLASH_PAUSE() std::this_thread::yield()
+#endif
 
 namespace kvflash::cpu {
 
@@ -12,7 +20,7 @@ ThreadPool::ThreadPool(int32_t n_threads) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    stop_.store(true);
   }
   wake_.notify_all();
   for (std::thread& t : workers_) t.join();
@@ -24,22 +32,26 @@ ThreadPool& ThreadPool::global() {
 }
 
 void ThreadPool::worker_loop(int32_t index) {
+  using clock = std::chrono::steady_clock;
   uint64_t seen = 0;
   for (;;) {
-    const std::function<void(int64_t, int32_t)>* fn = nullptr;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      if (index >= active_threads_) continue;
-      fn = fn_;
+    // Spin for a while, then sleep until the generation changes.
+    const auto spin_until = clock::now() + std::chrono::microseconds(kSpinMicros);
+    uint32_t spins = 0;
+    while (generation_.load(std::memory_order_acquire) == seen && !stop_.load()) {
+      KVFLASH_PAUSE();
+      if ((++spins & 255u) == 0 && clock::now() > spin_until) {
+        std::unique_lock<std::mutex> lock(mu_);
+        wake_.wait(lock, [&] { return stop_.load() || generation_.load() != seen; });
+      }
     }
-    for (int64_t t = next_.fetch_add(1); t < n_tasks_; t = next_.fetch_add(1)) (*fn)(t, index);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (--pending_ == 0) done_.notify_one();
-    }
+    if (stop_.load()) return;
+    seen = generation_.load(std::memory_order_acquire);
+    if (index >= active_threads_) continue;
+    const auto* fn = fn_;
+    const int64_t n = n_tasks_;
+    for (int64_t t = next_.fetch_add(1); t < n; t = next_.fetch_add(1)) (*fn)(t, index);
+    pending_.fetch_sub(1, std::memory_order_release);
   }
 }
 
@@ -51,19 +63,21 @@ void ThreadPool::parallel_for(int64_t n_tasks, int32_t n_threads,
     for (int64_t t = 0; t < n_tasks; ++t) fn(t, 0);
     return;
   }
+  std::lock_guard<std::mutex> call(call_mu_);
   {
+    // Published under mu_ so that a worker about to sleep either sees the new generation or is
+    // woken by the notify below.
     std::lock_guard<std::mutex> lock(mu_);
     fn_ = &fn;
     n_tasks_ = n_tasks;
     active_threads_ = n_threads;
-    pending_ = n_threads - 1;
+    pending_.store(n_threads - 1);
     next_.store(0);
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);
   }
   wake_.notify_all();
   for (int64_t t = next_.fetch_add(1); t < n_tasks; t = next_.fetch_add(1)) fn(t, 0);
-  std::unique_lock<std::mutex> lock(mu_);
-  done_.wait(lock, [&] { return pending_ == 0; });
+  while (pending_.load(std::memory_order_acquire) != 0) KVFLASH_PAUSE();
   fn_ = nullptr;
 }
 

@@ -1,0 +1,273 @@
+/* kvflash C API: a thin, exception-free layer over the C++ library (the kvflash/ .hpp headers), for
+ * bindings and other languages. Plain C11; every type is a POD struct or an enum, every integer is
+ * fixed-width except sizes (size_t).
+ *
+ * Conventions
+ *  - Functions returning int return a kvflash_status: KVFLASH_OK (0) or an error code. On error,
+ *    kvflash_last_error() holds a message naming the offending field, its value and what is
+ *    allowed (the same text the C++ API produces).
+ *  - Shapes are written (dim0, dim1, ...), row-major, last dimension contiguous. Strides are in
+ *    bytes. Floats are IEEE binary32; logits and log-sum-exps are in natural-log units.
+ *  - No function throws or aborts on bad input; every pointer argument is checked for NULL.
+ *  - All functions are thread-safe; the last-error message is per thread.
+ *
+ * Positions and the logit formula are those of kvflash/problem.hpp: sequence s holds kv_len[s]
+ * tokens at positions 0 .. kv_len[s]-1 and its n_q_tokens queries are the last n_q_tokens of them
+ * (query i sits at kv_len[s] - n_q_tokens + i). For query q (head h, position pq) and key k
+ * (position pk):
+ *   s = scale * dot(q, k)
+ *   if softcap > 0:   s = softcap * tanh(s / softcap)
+ *   if has_alibi:     s += alibi_slopes[h] * (pk - pq)
+ *   if has_mask:      s += mask[seq, i, pk]
+ *   if causal:        key hidden when pk > pq
+ *   if window > 0:    key hidden when pq - pk >= window
+ * out = softmax over the visible keys (and the sink logit sinks[h], which has no value) of s,
+ * times V. A query that sees no key and has no sink returns zeros (lse = -inf).
+ */
+#ifndef KVFLASH_KVFLASH_H_
+#define KVFLASH_KVFLASH_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32) && defined(KVFLASH_SHARED)
+#if defined(KVFLASH_BUILDING)
+#define KVFLASH_API __declspec(dllexport)
+#else
+#define KVFLASH_API __declspec(dllimport)
+#endif
+#elif defined(__GNUC__)
+#define KVFLASH_API __attribute__((visibility("default")))
+#else
+#define KVFLASH_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Status and errors ------------------------------------------------------------------- */
+
+/* Result of every int-returning function. Mirrors kvflash::ErrorCode (code + 1). */
+typedef enum kvflash_status {
+  KVFLASH_OK = 0,
+  KVFLASH_ERROR_INVALID_ARGUMENT = 1, /* a field is outside its documented range */
+  KVFLASH_ERROR_UNSUPPORTED = 2,      /* valid request, but no built kernel serves it */
+  KVFLASH_ERROR_OUT_OF_MEMORY = 3,
+  KVFLASH_ERROR_BACKEND = 4,           /* the backend runtime reported a failure */
+  KVFLASH_ERROR_INTERNAL = 5,          /* a bug in kvflash (an unexpected C++ exception included) */
+  KVFLASH_STATUS_MAX_ENUM = 0x7FFFFFFF /* not a status: makes the enum a 32-bit int */
+} kvflash_status;
+
+/* Message of the calling thread's last failed kvflash call; "" when none has failed yet.
+ * Successful calls do not clear it, so read it only after a call returned an error. The pointer
+ * stays valid until the calling thread's next kvflash call. Never NULL. */
+KVFLASH_API const char* kvflash_last_error(void);
+
+/* Short static name of a status code ("ok", "invalid_argument", ...); "unknown" for any other
+ * value. Never NULL. */
+KVFLASH_API const char* kvflash_status_string(int status);
+
+/* Library version, "MAJOR.MINOR.PATCH". Static, never NULL. */
+#define KVFLASH_VERSION_MAJOR 0
+#define KVFLASH_VERSION_MINOR 1
+#define KVFLASH_VERSION_PATCH 0
+KVFLASH_API const char* kvflash_version(void);
+
+/* ---- KV formats -------------------------------------------------------------------------- */
+
+/* Storage type of a K or V row (the head_dim values of one token of one KV head). A row is stored
+ * as ceil(n / block values) blocks, the last one zero-padded. Values equal kvflash::KvType.
+ *
+ *  type    block values  block bytes  layout of one block
+ *  f32     1             4            IEEE binary32
+ *  f16     1             2            IEEE binary16
+ *  bf16    1             2            bfloat16
+ *  q8_0    32            34           GGUF/ggml block_q8_0
+ *  q4_0    32            18           GGUF/ggml block_q4_0
+ *  turbo2  128           34           fp16 norm + 2-bit codes of a rotated 128-value group
+ *  turbo3  128           50           fp16 norm + 3-bit codes
+ *  turbo4  128           66           fp16 norm + 4-bit codes */
+typedef enum kvflash_type {
+  KVFLASH_TYPE_F32 = 0,
+  KVFLASH_TYPE_F16 = 1,
+  KVFLASH_TYPE_BF16 = 2,
+  KVFLASH_TYPE_Q8_0 = 3,
+  KVFLASH_TYPE_Q4_0 = 4,
+  KVFLASH_TYPE_TURBO2 = 5,
+  KVFLASH_TYPE_TURBO3 = 6,
+  KVFLASH_TYPE_TURBO4 = 7,
+  KVFLASH_TYPE_INVALID = -1,
+  /* Not a type: makes the enum a 32-bit int in every compiler (stable struct layout) and makes
+   * any int32_t value a legal kvflash_type, so out-of-range values are reported, not undefined. */
+  KVFLASH_TYPE_MAX_ENUM = 0x7FFFFFFF
+} kvflash_type;
+
+/* Number of valid types (they are 0 .. KVFLASH_TYPE_COUNT - 1). */
+#define KVFLASH_TYPE_COUNT 8
+
+/* Type for a name: "f32", "f16", "bf16", "q8_0", "q4_0", "turbo2", "turbo3", "turbo4".
+ * KVFLASH_TYPE_INVALID for any other name or NULL (and kvflash_last_error() says why). */
+KVFLASH_API kvflash_type kvflash_type_from_name(const char* name);
+
+/* Static name of a type ("f16", ...); "invalid" for a value that is not a type. Never NULL. */
+KVFLASH_API const char* kvflash_type_name(kvflash_type type);
+
+/* Bytes of one row of n_values values, padding included (e.g. q8_0, 128 values: 136 bytes).
+ * 0 for an invalid type, n_values <= 0 or a row too large to address. */
+KVFLASH_API size_t kvflash_row_size(kvflash_type type, int64_t n_values);
+
+/* Quantizes one row: src holds n_values floats, dst receives kvflash_row_size(type, n_values)
+ * bytes. Identical bytes to kvflash::quantize_row. Alignment: src 4 bytes, dst 2 bytes (quantized
+ * rows, and every row of a kvflash_kv_tensor, start at even addresses); misaligned pointers give
+ * KVFLASH_ERROR_INVALID_ARGUMENT. */
+KVFLASH_API int kvflash_quantize(kvflash_type type, const float* src, int64_t n_values, void* dst);
+
+/* Dequantizes one row of kvflash_row_size(type, n_values) bytes back to n_values floats in the
+ * original domain (turbo types: inverse-rotated). Identical to kvflash::dequantize_row.
+ * Alignment: src 2 bytes, dst 4 bytes; misaligned pointers give KVFLASH_ERROR_INVALID_ARGUMENT. */
+KVFLASH_API int kvflash_dequantize(kvflash_type type, const void* src, int64_t n_values,
+                                   float* dst);
+
+/* ---- The attention problem --------------------------------------------------------------- */
+
+/* Head dimensions of K (and Q) and of V. Supported pairs (k, v): (64, 64), (80, 80), (96, 96),
+ * (112, 112), (128, 128), (192, 128), (256, 256), (512, 512), (576, 512). */
+typedef struct kvflash_head_dims {
+  int32_t k;
+  int32_t v;
+} kvflash_head_dims;
+
+/* One attention call, mirroring kvflash::AttentionProblem field for field. Start from
+ * kvflash_problem_default() and set what differs. Flags are 0 (off) or nonzero (on). */
+typedef struct kvflash_problem {
+  int32_t n_seqs;     /* sequences in the batch, 1 .. 65536 */
+  int32_t n_q_tokens; /* query tokens per sequence: 1 decode, 2..8 speculative, more prefill */
+  int32_t n_q_heads;  /* query heads, 1 .. 1024 */
+  int32_t n_kv_heads; /* KV heads; n_q_heads must be a multiple (GQA group n_q_heads/n_kv_heads) */
+  kvflash_head_dims head_dim; /* values per Q/K row (k) and per V/out row (v) */
+  kvflash_type k_type;        /* storage type of K rows */
+  kvflash_type v_type;        /* storage type of V rows */
+  int64_t kv_capacity;        /* tokens: the largest kv_len of any sequence, 1 .. 2^32 */
+  float scale;                /* logit scale; 0 means 1/sqrt(head_dim.k) */
+  int32_t causal;             /* hide keys after the query's position */
+  int32_t has_mask;           /* an additive f32 mask is given (kvflash_tensors.mask) */
+  int64_t window;             /* sliding window in tokens, 0 = off */
+  float softcap;              /* logit soft cap, 0 = off */
+  int32_t has_sinks;          /* per-head sink logits are given (kvflash_tensors.sinks) */
+  int32_t has_alibi;          /* per-head ALiBi slopes are given (kvflash_tensors.alibi_slopes) */
+} kvflash_problem;
+
+/* The defaults of kvflash::AttentionProblem: 1 sequence, 1 query token, 32/8 heads, head_dim
+ * 128/128, f16/f16, kv_capacity 1, scale 0 (1/sqrt(head_dim.k)), causal, everything else off. */
+KVFLASH_API kvflash_problem kvflash_problem_default(void);
+
+/* KVFLASH_OK when the problem lies in the supported space; otherwise KVFLASH_ERROR_INVALID_ARGUMENT
+ * with a message naming the first offending field (e.g. "head_dim"). */
+KVFLASH_API int kvflash_validate_problem(const kvflash_problem* problem);
+
+/* Writes a one-line description of the problem (e.g. "seqs=1 q=1 heads=32/8 d=128/128 k=q8_0
+ * v=q4_0 kv=32768 causal"), NUL-terminated, into text (text_capacity bytes). Fails with
+ * KVFLASH_ERROR_INVALID_ARGUMENT when text is NULL or too small (the message gives the size
+ * needed). */
+KVFLASH_API int kvflash_problem_describe(const kvflash_problem* problem, char* text,
+                                         size_t text_capacity);
+
+/* ---- Tensors ----------------------------------------------------------------------------- */
+
+/* A K or V cache: row (seq, token, head) starts at
+ *   (const char*)data + seq * stride_seq + token * stride_token + head * stride_head
+ * and holds kvflash_row_size(type, head_dim) bytes. Strides are in bytes, any layout (token-major,
+ * head-major, ...), but rows must not overlap and must start at even addresses. Mirrors
+ * kvflash::KvTensor. */
+typedef struct kvflash_kv_tensor {
+  const void* data;
+  int64_t stride_token;
+  int64_t stride_head;
+  int64_t stride_seq;
+} kvflash_kv_tensor;
+
+/* Fills *tensor for a contiguous (seq, token, head, dim) cache of `capacity` tokens per sequence
+ * and n_kv_heads rows of head_dim values of `type` per token. */
+KVFLASH_API int kvflash_kv_tensor_contiguous(const void* data, kvflash_type type, int32_t head_dim,
+                                             int32_t n_kv_heads, int64_t capacity,
+                                             kvflash_kv_tensor* tensor);
+
+/* The buffers of one call, mirroring kvflash::AttentionTensors. Host memory for
+ * kvflash_attention. Optional pointers are NULL when unused. */
+typedef struct kvflash_tensors {
+  const float* q;            /* (n_seqs, n_q_tokens, n_q_heads, head_dim.k) */
+  kvflash_kv_tensor k;       /* head_dim.k values per row, type k_type */
+  kvflash_kv_tensor v;       /* head_dim.v values per row, type v_type */
+  const int64_t* kv_lens;    /* (n_seqs) tokens in each sequence, <= kv_capacity;
+                                NULL: every sequence holds kv_capacity tokens */
+  const float* mask;         /* (n_seqs, n_q_tokens, mask_stride) additive, -inf hides; when
+                                has_mask */
+  int64_t mask_stride;       /* floats between mask rows, >= kv_capacity */
+  const float* sinks;        /* (n_q_heads) sink logits; when has_sinks */
+  const float* alibi_slopes; /* (n_q_heads); when has_alibi */
+  float* out;                /* (n_seqs, n_q_tokens, n_q_heads, head_dim.v), written */
+  float* lse; /* optional (n_seqs, n_q_tokens, n_q_heads): log-sum-exp of the logits, sink
+                 included, -inf when no key is visible; written when not NULL */
+} kvflash_tensors;
+
+/* KVFLASH_OK when the problem is valid and the tensors fit it (pointers, strides, kv_lens). */
+KVFLASH_API int kvflash_validate_tensors(const kvflash_problem* problem,
+                                         const kvflash_tensors* tensors);
+
+/* ---- Kernel selection and execution ------------------------------------------------------ */
+
+typedef enum kvflash_backend {
+  KVFLASH_BACKEND_AUTO = 0, /* kvflash_select_kernel: any backend; kvflash_attention: CPU */
+  KVFLASH_BACKEND_CPU = 1,
+  KVFLASH_BACKEND_CUDA = 2,
+  KVFLASH_BACKEND_MAX_ENUM = 0x7FFFFFFF /* not a backend: makes the enum a 32-bit int */
+} kvflash_backend;
+
+/* How a kernel is chosen and run. All-zero ({0}) is the default: any backend, no forced or
+ * excluded kernel, all hardware threads, KVFLASH_* environment variables honoured (see
+ * kvflash/registry.hpp: KVFLASH_FORCE_KERNEL, KVFLASH_EXCLUDE_KERNELS, KVFLASH_LOG_DISPATCH). */
+typedef struct kvflash_options {
+  kvflash_backend backend;  /* which backend's kernels may be selected */
+  const char* force_kernel; /* select this kernel by name (e.g. "cpu.decode.portable"); its guards
+                               still apply and it never falls back. NULL or "" = none */
+  const char* exclude_kernels; /* comma-separated kernel names never to select, e.g.
+                                  "cpu.decode.avx512,cpu.prefill.avx512"; blanks around names are
+                                  ignored. NULL or "" = none */
+  int32_t n_threads;           /* CPU threads, 0 = all hardware threads */
+  int32_t ignore_environment;  /* nonzero: ignore the KVFLASH_* environment variables */
+} kvflash_options;
+
+/* The all-zero default options. */
+KVFLASH_API kvflash_options kvflash_options_default(void);
+
+/* Attention on host buffers: validates, selects a kernel of the CPU backend (backend AUTO or
+ * CPU), sizes and allocates its workspace, runs it and frees the workspace; writes out (and lse).
+ * Same result, bit for bit, as kvflash::attention with the same options and backend cpu. options
+ * may be NULL.
+ * KVFLASH_BACKEND_CUDA fails with KVFLASH_ERROR_UNSUPPORTED (device buffers need the C++
+ * plan/run API). */
+KVFLASH_API int kvflash_attention(const kvflash_problem* problem, const kvflash_tensors* tensors,
+                                  const kvflash_options* options);
+
+/* The registry query: validates the problem and writes the name of the kernel that would serve
+ * it (NUL-terminated, e.g. "cpu.decode.avx512") into name (name_capacity bytes). With name NULL and
+ * name_capacity 0 it only answers whether a kernel exists. When none does, returns
+ * KVFLASH_ERROR_UNSUPPORTED (or INVALID_ARGUMENT for an invalid problem) and
+ * kvflash_last_error() holds the registry's explanation: every candidate and the guard that
+ * rejected it. options may be NULL; n_threads is ignored. */
+KVFLASH_API int kvflash_select_kernel(const kvflash_problem* problem,
+                                      const kvflash_options* options, char* name,
+                                      size_t name_capacity);
+
+/* Number of kernels built into this library (all backends, opt-in ones included). */
+KVFLASH_API int32_t kvflash_kernel_count(void);
+
+/* Static name of kernel index (0 .. kvflash_kernel_count() - 1); NULL when out of range. */
+KVFLASH_API const char* kvflash_kernel_name(int32_t index);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* KVFLASH_KVFLASH_H_ */

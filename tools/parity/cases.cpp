@@ -1,0 +1,254 @@
+// The case lists. Each generator is a small cartesian product of a few axes around a base case;
+// the sets are concatenations of generators, deduplicated by name.
+#include <functional>
+#include <set>
+#include <utility>
+
+#include "case.hpp"
+
+namespace kvflash::parity {
+namespace {
+
+using enum KvType;
+
+// One axis of a product: each entry sets some fields of a case.
+using Axis = std::vector<std::function<void(ParityCase&)>>;
+
+std::vector<ParityCase> product(const ParityCase& base, const std::vector<Axis>& axes) {
+  std::vector<ParityCase> out = {base};
+  for (const Axis& axis : axes) {
+    std::vector<ParityCase> next;
+    for (const ParityCase& c : out)
+      for (const auto& set : axis) {
+        ParityCase d = c;
+        set(d);
+        next.push_back(d);
+      }
+    out = std::move(next);
+  }
+  return out;
+}
+
+template <class T>
+Axis values(T ParityCase::*field, std::vector<T> vs) {
+  Axis a;
+  for (T v : vs) a.push_back([field, v](ParityCase& c) { c.*field = v; });
+  return a;
+}
+
+Axis types(std::vector<std::pair<KvType, KvType>> pairs) {
+  Axis a;
+  for (auto [k, v] : pairs)
+    a.push_back([k = k, v = v](ParityCase& c) {
+      c.k_type = k;
+      c.v_type = v;
+    });
+  return a;
+}
+
+Axis heads(std::vector<std::pair<int32_t, int32_t>> q_kv) {
+  Axis a;
+  for (auto [q, kv] : q_kv)
+    a.push_back([q = q, kv = kv](ParityCase& c) {
+      c.n_q_heads = q;
+      c.n_kv_heads = kv;
+    });
+  return a;
+}
+
+Axis q_tokens(std::vector<int32_t> ns) {
+  return values(&ParityCase::n_q_tokens, std::move(ns));
+}
+Axis kv(std::vector<int64_t> ns) {
+  return values(&ParityCase::kv_len, std::move(ns));
+}
+
+void append(std::vector<ParityCase>& to, const std::vector<ParityCase>& from) {
+  to.insert(to.end(), from.begin(), from.end());
+}
+
+// Every type with itself, decode and a 9-token speculative step; then the mixed pairs engines use
+// (8-bit K with a smaller V is the robust choice for quantized caches).
+std::vector<ParityCase> type_cases() {
+  std::vector<std::pair<KvType, KvType>> diagonal;
+  for (KvType t : kAllKvTypes) diagonal.emplace_back(t, t);
+  std::vector<ParityCase> out = product({}, {types(diagonal), q_tokens({1, 9})});
+  append(out, product({}, {types({{q8_0, turbo4},
+                                  {f16, q4_0},
+                                  {turbo3, q8_0},
+                                  {q4_0, f16},
+                                  {bf16, turbo2},
+                                  {q8_0, turbo3},
+                                  {f32, q8_0}}),
+                           q_tokens({1, 8})}));
+  return out;
+}
+
+// Every supported head-dim pair, with plain, block-quantized and rotated types (turbo rows of
+// 80 or 96 values are padded to one 128-value group).
+std::vector<ParityCase> head_dim_cases() {
+  Axis dims;
+  for (HeadDims hd : SupportedSpace::head_dims)
+    dims.push_back([hd](ParityCase& c) { c.head_dim = hd; });
+  ParityCase base;
+  base.kv_len = 300;
+  std::vector<ParityCase> out =
+      product(base, {dims, types({{f16, f16}, {q8_0, q4_0}, {turbo4, turbo3}})});
+  base.n_q_tokens = 9;
+  append(out, product(base, {dims, types({{bf16, q8_0}})}));
+  return out;
+}
+
+// GQA group sizes 1, 3, 4, 7 and 8 (3 and 7 are the odd ones).
+std::vector<ParityCase> gqa_cases() {
+  return product({}, {heads({{8, 8}, {12, 4}, {16, 4}, {14, 2}, {32, 4}}), q_tokens({1, 9}),
+                      types({{f16, f16}, {q4_0, q4_0}})});
+}
+
+// Decode, speculative steps around 8 and prefill, both as a fresh prompt (kv == queries) and as
+// a chunk appended to a 1000-token cache.
+std::vector<ParityCase> query_token_cases() {
+  Axis fresh_or_chunk = {[](ParityCase& c) { c.kv_len = c.n_q_tokens; },
+                         [](ParityCase& c) { c.kv_len = 1000; }};
+  return product(
+      {}, {q_tokens({1, 2, 8, 9, 33, 128}), fresh_or_chunk, types({{f16, f16}, {q8_0, turbo4}})});
+}
+
+// KV lengths on both sides of the block sizes kernels use (32, 64, 128) and of split boundaries.
+std::vector<ParityCase> kv_length_cases() {
+  return product({}, {kv({1, 31, 63, 64, 65, 128, 129, 1000, 2049, 4864}), q_tokens({1, 8}),
+                      types({{f16, f16}, {q4_0, q4_0}, {turbo3, turbo3}})});
+}
+
+// Each feature on its own, then all together, then non-causal attention.
+std::vector<ParityCase> feature_cases() {
+  Axis features = {[](ParityCase& c) { c.mask = true; },    [](ParityCase& c) { c.window = 256; },
+                   [](ParityCase& c) { c.softcap = 5.0f; }, [](ParityCase& c) { c.sinks = true; },
+                   [](ParityCase& c) { c.alibi = true; },   [](ParityCase& c) { c.scale = 0.25f; }};
+  const Axis feature_types = types({{f16, f16}, {q8_0, q4_0}, {turbo4, turbo2}});
+  std::vector<ParityCase> out = product({}, {features, q_tokens({1, 9}), feature_types});
+
+  // A window of 1 leaves each query only itself; a window across a long cache skips most blocks.
+  append(out, product({}, {values(&ParityCase::window, std::vector<int64_t>{1, 256}), kv({4864}),
+                           q_tokens({1, 33}), types({{f16, f16}, {q4_0, q4_0}})}));
+
+  ParityCase all;
+  all.mask = true;
+  all.window = 300;
+  all.softcap = 5.0f;
+  all.sinks = true;
+  all.alibi = true;
+  append(out, product(all, {q_tokens({1, 33}), types({{f16, f16}, {turbo3, q8_0}})}));
+
+  // Non-causal, also with fewer keys than queries (queries at negative positions still see all).
+  ParityCase nc;
+  nc.causal = false;
+  append(out, product(nc, {q_tokens({9, 33}), kv({20, 1000}), types({{f16, f16}, {q4_0, q4_0}})}));
+  nc.window = 64;
+  append(out, product(nc, {q_tokens({9}), types({{f16, f16}})}));
+  return out;
+}
+
+// Batches of 3 sequences of different lengths; the last is shorter than the queries.
+std::vector<ParityCase> ragged_cases() {
+  ParityCase base;
+  base.n_seqs = 3;
+  base.ragged = true;
+  std::vector<ParityCase> out = product(
+      base, {q_tokens({1, 8, 33}), values(&ParityCase::causal, std::vector<bool>{true, false}),
+             types({{f16, f16}, {q4_0, turbo4}})});
+  base.mask = true;
+  base.sinks = true;
+  append(out, product(base, {q_tokens({8}), types({{f16, f16}, {q8_0, q8_0}})}));
+  // A free slot in the batch: a sequence of 0 tokens returns zeros (lse -inf, or the sink's).
+  ParityCase empty;
+  empty.n_seqs = 3;
+  empty.ragged = true;
+  empty.empty_last = true;
+  append(out, product(empty, {q_tokens({1, 8}), types({{f16, f16}, {q4_0, turbo4}})}));
+  empty.sinks = true;
+  append(out, product(empty, {q_tokens({1}), types({{q8_0, q8_0}})}));
+  return out;
+}
+
+// Non-contiguous caches: every layout with a ragged pair of sequences, so that sequence, token
+// and head strides all matter.
+std::vector<ParityCase> layout_cases() {
+  ParityCase base;
+  base.n_seqs = 2;
+  base.ragged = true;
+  return product(
+      base,
+      {values(&ParityCase::layout,
+              std::vector<KvLayout>{KvLayout::head_major, KvLayout::padded, KvLayout::seq_inner}),
+       types({{f16, f16}, {q4_0, q4_0}, {turbo3, turbo3}, {f32, q8_0}}), q_tokens({1, 9})});
+}
+
+// One KV head at 1M tokens: 64-bit indexing and long-context accumulation from day one.
+std::vector<ParityCase> million_token_cases() {
+  ParityCase base;
+  base.n_q_heads = 4;
+  base.n_kv_heads = 1;
+  base.kv_len = int64_t{1} << 20;
+  return product(base, {types({{f16, f16}, {q4_0, q4_0}})});
+}
+
+// The long set: more of the deep-context space, minutes rather than seconds.
+std::vector<ParityCase> long_cases() {
+  ParityCase base;
+  base.n_q_heads = 4;
+  base.n_kv_heads = 1;
+  base.kv_len = int64_t{1} << 20;
+  std::vector<ParityCase> out =
+      product(base, {types({{turbo3, turbo3}, {q8_0, turbo4}, {bf16, bf16}, {turbo2, turbo4}})});
+  append(out, product(base, {q_tokens({8}), types({{q4_0, q4_0}, {f16, f16}})}));
+
+  ParityCase features = base;
+  features.sinks = true;
+  features.alibi = true;
+  features.softcap = 5.0f;
+  append(out, product(features, {types({{q4_0, q4_0}})}));
+  ParityCase window = base;
+  window.window = 4096;
+  append(out, product(window, {q_tokens({1, 9}), types({{f16, f16}})}));
+
+  ParityCase ragged = base;
+  ragged.n_seqs = 2;
+  ragged.ragged = true;
+  append(out, product(ragged, {types({{q4_0, q4_0}})}));
+
+  ParityCase gqa = base;
+  gqa.n_q_heads = 16;
+  gqa.n_kv_heads = 2;
+  append(out, product(gqa, {types({{q8_0, q4_0}})}));
+
+  // Around 2^18, a split-size boundary of many decode kernels.
+  ParityCase quarter;
+  quarter.n_kv_heads = 1;
+  append(out, product(quarter, {kv({262144, 262145}), types({{q4_0, q4_0}, {turbo4, turbo4}})}));
+  return out;
+}
+
+std::vector<ParityCase> unique_by_name(const std::vector<ParityCase>& cases) {
+  std::set<std::string> seen;
+  std::vector<ParityCase> out;
+  for (const ParityCase& c : cases)
+    if (seen.insert(case_name(c)).second) out.push_back(c);
+  return out;
+}
+
+}  // namespace
+
+std::vector<ParityCase> build_case_set(CaseSet set) {
+  std::vector<ParityCase> out;
+  if (set == CaseSet::test || set == CaseSet::all) {
+    for (const auto& gen :
+         {type_cases, head_dim_cases, gqa_cases, query_token_cases, kv_length_cases, feature_cases,
+          ragged_cases, layout_cases, million_token_cases})
+      append(out, gen());
+  }
+  if (set == CaseSet::long_context || set == CaseSet::all) append(out, long_cases());
+  return unique_by_name(out);
+}
+
+}  // namespace kvflash::parity

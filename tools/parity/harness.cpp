@@ -1,0 +1,389 @@
+#include "harness.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <optional>
+
+#include "baseline.hpp"
+#include "compare.hpp"
+#include "guarded_buffer.hpp"
+#include "inputs.hpp"
+#include "kvflash/reference.hpp"
+
+namespace kvflash::parity {
+namespace {
+
+// Outputs are poisoned with this quiet NaN before every run, so an element the kernel never
+// writes reads as NaN, and an untouched lse buffer is recognisable bit for bit.
+constexpr uint32_t kPoisonBits = 0x7FC5A5A5u;
+const float kPoison = std::bit_cast<float>(kPoisonBits);
+// Workspace is filled with 0xFF (NaN as f32) so a kernel that reads workspace it never wrote,
+// or assumes it zeroed, produces NaN.
+constexpr uint8_t kWorkspaceFill = 0xFF;
+
+// Backends whose kernels take host pointers. Device backends need device copies of the inputs,
+// which the public API does not offer yet (see the report): they are skipped in test and perf.
+bool uses_host_memory(Backend b) {
+  return b == Backend::cpu;
+}
+
+int64_t out_rows(const AttentionProblem& p) {
+  return int64_t{p.n_seqs} * p.n_q_tokens * p.n_q_heads;
+}
+
+double elapsed_us(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+}
+
+SelectOptions select_options(const RunOptions& opt, std::optional<Backend> b) {
+  SelectOptions s;
+  s.backend = b;
+  s.force = opt.force;
+  s.exclude = opt.exclude;
+  return s;
+}
+
+// The first line of a registry message (the rest lists every candidate's guard).
+std::string first_line(const std::string& s) {
+  return s.substr(0, s.find('\n'));
+}
+
+struct Reference {
+  std::string error;  // non-empty: the oracle itself failed, every backend fails with this
+  std::vector<double> out;
+  std::vector<float> lse;
+  double baseline_nmse = 0.0;
+};
+
+Reference compute_reference(const ParityCase& c, const CaseInputs& in) {
+  Reference ref;
+  const AttentionProblem& p = in.problem;
+  const int64_t rows = out_rows(p);
+  const auto n_out = static_cast<size_t>(rows * p.head_dim.v);
+  GuardedBuffer out(n_out * sizeof(float));
+  GuardedBuffer lse(static_cast<size_t>(rows) * sizeof(float));
+  out.fill_f32(kPoison);
+  lse.fill_f32(kPoison);
+  ref.out.assign(n_out, std::numeric_limits<double>::quiet_NaN());
+  AttentionTensors t = in.tensors();
+  t.out = out.as<float>();
+  t.lse = lse.as<float>();
+  if (Status st = reference_attention(p, t, ref.out.data()); !st) {
+    ref.error = fmt::format("reference_attention failed: {}", st.message());
+    return ref;
+  }
+  for (const GuardedBuffer* b : {&out, &lse})
+    if (auto hit = b->check_guards()) ref.error = fmt::format("reference_attention: {}", *hit);
+  const auto bad_out =
+      std::find_if(ref.out.begin(), ref.out.end(), [](double x) { return !std::isfinite(x); });
+  if (bad_out != ref.out.end())
+    ref.error = fmt::format("reference_attention: out[{}] = {}",
+                            row_label(p, (bad_out - ref.out.begin()) / p.head_dim.v), *bad_out);
+  ref.lse.assign(lse.as<float>(), lse.as<float>() + rows);
+  for (int64_t r = 0; r < rows && ref.error.empty(); ++r)
+    if (const float x = ref.lse[static_cast<size_t>(r)]; std::isnan(x) || x == INFINITY)
+      ref.error = fmt::format("reference_attention: lse[{}] = {}", row_label(p, r), x);
+  if (!ref.error.empty()) return ref;
+
+  // The float32 baseline: the margin of the error bound, and an independent check of the oracle.
+  std::vector<float> base_out(n_out);
+  std::vector<float> base_lse(static_cast<size_t>(rows));
+  baseline_attention_f32(p, t, in.kv_lens, base_out.data(), base_lse.data());
+  const Comparison bc = compare_output(p, base_out.data(), ref.out.data());
+  ref.baseline_nmse = bc.nmse;
+  if (bc.non_finite > 0 || bc.zero_rows_not_zero > 0 || !(bc.nmse <= c.nmse_bound))
+    ref.error = fmt::format(
+        "the float64 reference and the float32 baseline disagree (one of the two oracles is "
+        "wrong): baseline NMSE {:.3g}, worst row {} ({:.3g}), {} non-finite, {} empty rows not "
+        "zero",
+        bc.nmse, bc.worst_row, bc.worst_row_nmse, bc.non_finite, bc.zero_rows_not_zero);
+  return ref;
+}
+
+// Lazily built inputs and reference, shared by every backend of a case.
+struct CaseData {
+  const ParityCase& c;
+  uint64_t seed;
+  std::optional<CaseInputs> inputs;
+  std::optional<Reference> reference;
+
+  const CaseInputs& get_inputs() {
+    if (!inputs) inputs = make_inputs(c, seed);
+    return *inputs;
+  }
+  const Reference& get_reference() {
+    if (!reference) reference = compute_reference(c, get_inputs());
+    return *reference;
+  }
+};
+
+// Output buffers for one run: out and lse poisoned, workspace filled, all guarded.
+struct RunBuffers {
+  GuardedBuffer out, lse, workspace;
+  RunBuffers(const AttentionProblem& p, size_t workspace_bytes)
+      : out(static_cast<size_t>(out_rows(p) * p.head_dim.v) * sizeof(float)),
+        lse(static_cast<size_t>(out_rows(p)) * sizeof(float)),
+        workspace(workspace_bytes) {
+    reset();
+  }
+  void reset() {
+    out.fill_f32(kPoison);
+    lse.fill_f32(kPoison);
+    workspace.fill_bytes(kWorkspaceFill);
+  }
+  void add_guard_failures(std::vector<std::string>& failures) const {
+    if (auto hit = out.check_guards()) failures.push_back("out: " + *hit);
+    if (auto hit = lse.check_guards()) failures.push_back("lse: " + *hit);
+    if (auto hit = workspace.check_guards()) failures.push_back("workspace: " + *hit);
+  }
+  bool lse_untouched() const {
+    const auto* bits = lse.as<uint32_t>();
+    return std::all_of(bits, bits + lse.size() / sizeof(float),
+                       [](uint32_t b) { return b == kPoisonBits; });
+  }
+};
+
+void inject_fault(Fault fault, RunBuffers& buf) {
+  auto* out = buf.out.as<float>();
+  const size_t n = buf.out.size() / sizeof(float);
+  switch (fault) {
+    case Fault::none:
+      break;
+    case Fault::nan:  // one element left unwritten
+      out[n / 2] = kPoison;
+      break;
+    case Fault::overrun:
+      buf.out.as<uint8_t>()[buf.out.size()] = 0;
+      break;
+    case Fault::underrun:
+      buf.out.as<uint8_t>()[-1] = 0;
+      break;
+    case Fault::perturb:  // 1% relative everywhere: NMSE 1e-4
+      for (size_t i = 0; i < n; ++i) out[i] *= 1.01f;
+      break;
+    case Fault::row: {  // the last row replaced by the first
+      const size_t dv = n / (buf.lse.size() / sizeof(float));
+      std::copy(out, out + dv, out + n - dv);
+      break;
+    }
+    case Fault::lse:
+      buf.lse.as<float>()[0] += 0.5f;
+      break;
+    case Fault::workspace:
+      buf.workspace.as<uint8_t>()[buf.workspace.size()] = 0;
+      break;
+  }
+}
+
+void check_against_reference(const ParityCase& c, const Reference& ref, const RunBuffers& buf,
+                             CaseResult& r, std::vector<std::string>& failures,
+                             std::vector<std::string>& notes) {
+  const AttentionProblem p = to_problem(c);
+  Comparison cmp = compare_output(p, buf.out.as<float>(), ref.out.data());
+  r.nmse = cmp.nmse;
+  r.baseline_nmse = ref.baseline_nmse;
+  r.nmse_bound = c.nmse_bound + kBaselineFactor * ref.baseline_nmse;
+  r.max_abs_err = cmp.max_abs_err;
+  r.worst_row_nmse = cmp.worst_row_nmse;
+  r.empty_rows = cmp.zero_rows;
+  if (cmp.non_finite > 0)
+    failures.push_back(
+        fmt::format("{} non-finite outputs, first {}", cmp.non_finite, cmp.first_non_finite));
+  if (cmp.zero_rows_not_zero > 0)
+    failures.push_back(fmt::format("{} rows that see no key are not zero, first [{}]",
+                                   cmp.zero_rows_not_zero, cmp.first_zero_row_not_zero));
+  if (cmp.sum_ref2 == 0.0) {
+    if (cmp.max_abs_err > kZeroReferenceMaxAbs)
+      failures.push_back(fmt::format("reference is all zero, max abs error {:.3g} > {:g}",
+                                     cmp.max_abs_err, kZeroReferenceMaxAbs));
+  } else if (!(cmp.nmse <= r.nmse_bound)) {
+    failures.push_back(fmt::format("NMSE {:.3g} > bound {:.3g} (worst row [{}] {:.3g})", cmp.nmse,
+                                   r.nmse_bound, cmp.worst_row, cmp.worst_row_nmse));
+  }
+  if (cmp.worst_row_nmse > kRowBoundFactor * r.nmse_bound)
+    failures.push_back(fmt::format("row [{}] NMSE {:.3g} > {:g} x bound", cmp.worst_row,
+                                   cmp.worst_row_nmse, kRowBoundFactor));
+
+  if (buf.lse_untouched()) {
+    notes.push_back("lse requested but not written");
+    return;
+  }
+  // An NMSE bound e allows relative errors of about sqrt(e) in the weights, which is an absolute
+  // error of sqrt(e) in their log; 1e-4 keeps a floor for very tight bounds.
+  const double lse_tol = std::max(1e-4, std::sqrt(c.nmse_bound));
+  compare_lse(p, buf.lse.as<float>(), ref.lse.data(), lse_tol, cmp);
+  r.lse_max_err = cmp.lse_max_err;
+  if (cmp.lse_bad > 0)
+    failures.push_back(fmt::format("{} bad lse values, first {}", cmp.lse_bad, cmp.first_lse_bad));
+}
+
+std::string join(const std::vector<std::string>& parts) {
+  std::string s;
+  for (const std::string& part : parts) {
+    if (!s.empty()) s += "; ";
+    s += part;
+  }
+  return s;
+}
+
+// Plans the case and runs it on one backend (test or perf mode).
+void run_backend(CaseData& data, const Plan& pl, const RunOptions& opt, CaseResult& r) {
+  if (!uses_host_memory(r.backend)) {
+    r.outcome = Outcome::skip;
+    r.message =
+        fmt::format("the harness cannot place inputs in {} memory yet", to_string(r.backend));
+    return;
+  }
+  const CaseInputs& in = data.get_inputs();
+  const Reference* ref = opt.mode == Mode::test ? &data.get_reference() : nullptr;
+  if (ref && !ref->error.empty()) {
+    r.message = ref->error;
+    return;
+  }
+  RunBuffers buf(in.problem, pl.workspace_bytes);
+  AttentionTensors t = in.tensors();
+  t.out = buf.out.as<float>();
+  // Test mode asks for lse in every case; perf mode measures the plain call engines make.
+  t.lse = opt.mode == Mode::test ? buf.lse.as<float>() : nullptr;
+  if (Status st = validate(in.problem, t); !st) {
+    r.message = "the harness built tensors that validate() rejects: " + st.message();
+    return;
+  }
+
+  std::vector<std::string> failures;
+  std::vector<std::string> notes;
+  const int32_t warmup = opt.mode == Mode::perf ? opt.warmup : 0;
+  const int32_t reps = opt.mode == Mode::perf ? std::max(1, opt.reps) : 1;
+  std::vector<double> times;
+  for (int32_t i = 0; i < warmup + reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Status st = run(pl, t, buf.workspace.data());
+    const double us = elapsed_us(t0);
+    if (!st) {
+      r.message = "run() failed: " + st.message();
+      return;
+    }
+    if (i >= warmup) times.push_back(us);
+  }
+  std::sort(times.begin(), times.end());
+  r.time_us = times[times.size() / 2];
+
+  if (opt.mode == Mode::test) {
+    inject_fault(opt.inject, buf);
+    buf.add_guard_failures(failures);
+    check_against_reference(data.c, *ref, buf, r, failures, notes);
+  } else {
+    buf.add_guard_failures(failures);
+    // No reference in perf mode, but a NaN or inf still fails the case.
+    const float* o = buf.out.as<float>();
+    const auto n = static_cast<int64_t>(buf.out.size() / sizeof(float));
+    const int64_t bad = std::count_if(o, o + n, [](float x) { return !std::isfinite(x); });
+    if (bad > 0) failures.push_back(fmt::format("{} non-finite outputs", bad));
+    r.gbps = static_cast<double>(kv_bytes_visible(data.c)) / (r.time_us * 1e-6) / 1e9;
+  }
+  r.outcome = failures.empty() ? Outcome::pass : Outcome::fail;
+  r.message = join(failures.empty() ? notes : failures);
+}
+
+void run_one(CaseData& data, const RunOptions& opt, CaseResult& r) {
+  const AttentionProblem p = to_problem(data.c);
+  const Expected<const KernelCandidate*> sel = select_kernel(p, select_options(opt, r.backend));
+  if (!sel) {
+    if (sel.error().code != ErrorCode::unsupported) {
+      r.message =
+          fmt::format("select_kernel: {}: {}", to_string(sel.error().code), sel.error().message);
+      return;
+    }
+    // Unsupported here: a skip when another backend serves the case, a coverage gap otherwise
+    // (every backend together must cover the supported space, problem.hpp).
+    const Expected<const KernelCandidate*> any = select_kernel(p, select_options(opt, {}));
+    r.outcome = any ? Outcome::skip : Outcome::fail;
+    r.message = any ? fmt::format("unsupported on {} (served by {}): {}", to_string(r.backend),
+                                  (*any)->name, first_line(sel.error().message))
+                    : "no backend serves this case: " + sel.error().message;
+    return;
+  }
+  r.kernel = (*sel)->name;
+
+  PlanOptions popt;
+  popt.select = select_options(opt, r.backend);
+  popt.n_threads = opt.n_threads;
+  const Expected<Plan> pl = plan(p, popt);
+  if (!pl) {
+    r.message = "select_kernel accepts the case but plan() fails: " + pl.error().message;
+    return;
+  }
+  if (pl->kernel != *sel) {
+    r.message = fmt::format("select_kernel chose {} but plan() chose {}", r.kernel,
+                            pl->kernel ? pl->kernel->name : "nothing");
+    return;
+  }
+  r.n_splits = pl->n_splits;
+  r.workspace_bytes = pl->workspace_bytes;
+  if (opt.mode == Mode::support) {
+    r.outcome = Outcome::pass;
+    return;
+  }
+  run_backend(data, *pl, opt, r);
+}
+
+}  // namespace
+
+const char* to_string(Outcome o) {
+  switch (o) {
+    case Outcome::pass:
+      return "PASS";
+    case Outcome::fail:
+      return "FAIL";
+    case Outcome::skip:
+      return "SKIP";
+  }
+  return "?";
+}
+
+std::vector<CaseResult> run_case(const ParityCase& c, const RunOptions& opt) {
+  const std::string name = case_name(c);
+  CaseData data{c, case_seed(opt.seed, name), std::nullopt, std::nullopt};
+  std::vector<CaseResult> results;
+  auto run_with = [&](Backend b, const RunOptions& o) {
+    CaseResult r;
+    r.c = c;
+    r.name = name;
+    r.backend = b;
+    r.seed = data.seed;
+    try {
+      run_one(data, o, r);
+    } catch (const std::exception& e) {
+      r.outcome = Outcome::fail;
+      r.message = fmt::format("exception: {}", e.what());
+    }
+    results.push_back(std::move(r));
+  };
+  for (Backend b : opt.backends) {
+    std::vector<std::string> accepting;
+    if (opt.all_kernels && opt.force.empty())
+      for (const KernelCandidate& k : kernel_candidates()) {
+        if (k.backend != b || k.opt_in_only) continue;
+        SelectOptions s = select_options(opt, b);
+        s.force = k.name;
+        if (select_kernel(to_problem(c), s)) accepting.push_back(k.name);
+      }
+    // No candidate accepting (or one kernel per backend asked): the selector's own choice, which
+    // also classifies an unsupported case as a skip or a coverage gap.
+    if (accepting.empty()) run_with(b, opt);
+    for (const std::string& k : accepting) {
+      RunOptions forced = opt;
+      forced.force = k;
+      run_with(b, forced);
+    }
+  }
+  return results;
+}
+
+}  // namespace kvflash::parity
