@@ -172,14 +172,17 @@ inline v16i widen_s8(const uint8_t* p) {
 // Blocks are read in place through byte pointers (no copy of a block to the stack: a narrow
 // store followed by a wide load of the same bytes stalls store forwarding).
 
-void deq_f32(const uint8_t* src, int32_t n, float* dst, const float*) {
+[[gnu::always_inline]] inline void deq_f32(const uint8_t* src, int32_t n, float* dst,
+                                           const float*) {
   std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(n));
 }
-void deq_f16(const uint8_t* src, int32_t n, float* dst, const float*) {
+[[gnu::always_inline]] inline void deq_f16(const uint8_t* src, int32_t n, float* dst,
+                                           const float*) {
   for (int32_t d = 0; d < n; d += kLanes)
     store(dst + d, half_to_float(reinterpret_cast<const uint16_t*>(src) + d));
 }
-void deq_bf16(const uint8_t* src, int32_t n, float* dst, const float*) {
+[[gnu::always_inline]] inline void deq_bf16(const uint8_t* src, int32_t n, float* dst,
+                                            const float*) {
   for (int32_t d = 0; d < n; d += kLanes) {
 #if defined(__AVX512F__)
     const __m512i w =
@@ -192,7 +195,8 @@ void deq_bf16(const uint8_t* src, int32_t n, float* dst, const float*) {
 #endif
   }
 }
-void deq_q8_0(const uint8_t* src, int32_t n, float* dst, const float*) {
+[[gnu::always_inline]] inline void deq_q8_0(const uint8_t* src, int32_t n, float* dst,
+                                            const float*) {
   for (int32_t b = 0; b < n / kQ8_0Values; ++b) {
     const uint8_t* blk = src + b * sizeof(BlockQ8_0);
     const float d = half_to_float1(read_u16(blk));
@@ -201,7 +205,8 @@ void deq_q8_0(const uint8_t* src, int32_t n, float* dst, const float*) {
     store(dst + b * kQ8_0Values + kLanes, __builtin_convertvector(widen_s8(qs + kLanes), v16) * d);
   }
 }
-void deq_q4_0(const uint8_t* src, int32_t n, float* dst, const float*) {
+[[gnu::always_inline]] inline void deq_q4_0(const uint8_t* src, int32_t n, float* dst,
+                                            const float*) {
   for (int32_t b = 0; b < n / kQ4_0Values; ++b) {
     const uint8_t* blk = src + b * sizeof(BlockQ4_0);
     const float d = half_to_float1(read_u16(blk));
@@ -243,7 +248,8 @@ template <int Bits>
 }
 
 template <int Bits>
-void deq_turbo(const uint8_t* src, int32_t n, float* dst, const float* table) {
+[[gnu::always_inline]] inline void deq_turbo(const uint8_t* src, int32_t n, float* dst,
+                                             const float* table) {
   using Block = std::conditional_t<Bits == 2, BlockTurbo2,
                                    std::conditional_t<Bits == 3, BlockTurbo3, BlockTurbo4>>;
   for (int32_t g = 0; g < n / kTurboValues; ++g) {
@@ -258,28 +264,58 @@ void deq_turbo(const uint8_t* src, int32_t n, float* dst, const float* table) {
   }
 }
 
-using Dequant = void (*)(const uint8_t*, int32_t, float*, const float*);
+// Rows to prefetch while a tile is dequantized: the next chunk's K and V rows, one of each per
+// dequantized row, into L2 (a burst of prefetches fills the miss queue and stalls).
+struct Prefetch {
+  const uint8_t* k;
+  const uint8_t* v;
+  int64_t k_stride, v_stride, k_bytes, v_bytes;
+  int32_t n;  // rows to prefetch
+};
+
+inline void prefetch_lines(const uint8_t* row, int64_t bytes) {
+  constexpr int64_t kLine = 64;
+  for (int64_t b = 0; b < bytes; b += kLine) __builtin_prefetch(row + b, 0, 2);
+}
+
+// A tile of n_rows rows (n stored values each) from rows `stride` bytes apart: one call per
+// tile, the row decoder inlined.
+template <void (*Row)(const uint8_t*, int32_t, float*, const float*)>
+void deq_rows(const uint8_t* src, int64_t stride, int32_t n_rows, int32_t n, float* dst,
+              const float* table, const Prefetch& pf) {
+  for (int32_t j = 0; j < n_rows; ++j) {
+    if (j < pf.n) {
+      prefetch_lines(pf.k + j * pf.k_stride, pf.k_bytes);
+      prefetch_lines(pf.v + j * pf.v_stride, pf.v_bytes);
+    }
+    Row(src + j * stride, n, dst + static_cast<int64_t>(j) * n, table);
+  }
+}
+
+using Dequant = void (*)(const uint8_t*, int64_t, int32_t, int32_t, float*, const float*,
+                         const Prefetch&);
 Dequant pick_dequant(KvType t) {
   switch (t) {
     case KvType::f32:
-      return deq_f32;
+      return deq_rows<deq_f32>;
     case KvType::f16:
-      return deq_f16;
+      return deq_rows<deq_f16>;
     case KvType::bf16:
-      return deq_bf16;
+      return deq_rows<deq_bf16>;
     case KvType::q8_0:
-      return deq_q8_0;
+      return deq_rows<deq_q8_0>;
     case KvType::q4_0:
-      return deq_q4_0;
+      return deq_rows<deq_q4_0>;
     case KvType::turbo2:
-      return deq_turbo<2>;
+      return deq_rows<deq_turbo<2>>;
     case KvType::turbo3:
-      return deq_turbo<3>;
+      return deq_rows<deq_turbo<3>>;
     case KvType::turbo4:
-      return deq_turbo<4>;
+      return deq_rows<deq_turbo<4>>;
   }
   return nullptr;
 }
+
 // The centroids of a turbo type repeated to fill 16 entries (4 x turbo2, 2 x turbo3), so a
 // 16-lane permute reads a centroid whatever the bits above the code hold (see turbo_codes).
 struct CentroidTable {
@@ -328,11 +364,6 @@ struct CentroidTable {
     for (int j = 0; j < kLanes; ++j) acc[j] += qv * load(ktile + j * dk + d);
   }
   return reduce16(acc);
-}
-
-inline void prefetch_row(const uint8_t* row, int64_t bytes) {
-  constexpr int64_t kLine = 64;
-  for (int64_t b = 0; b < bytes; b += kLine) __builtin_prefetch(row + b, 0, 2);
 }
 
 // o[0 .. U*16) += sum_j w[j] * v[j * dv + 0 .. U*16): U vectors of o stay in registers.
@@ -390,17 +421,16 @@ void attend_head(const AttendParams& p, const Context& ctx) {
     const int32_t n = static_cast<int32_t>(std::min<int64_t>(kKeyChunk, p.kv_end - c0));
     // Rows of one head are strided (other heads sit between them in a token-major cache), which
     // the hardware prefetchers follow poorly: ask for the next chunk's K and V rows while this
-    // one is dequantized, one row each step, into L2 (an L1 burst would fill its miss queue).
+    // one is dequantized.
     const int64_t pf_end = std::min(std::max(p.kv_end, p.prefetch_end), pf_limit);
-    const int32_t n_next =
-        static_cast<int32_t>(std::clamp<int64_t>(pf_end - (c0 + n), 0, kKeyChunk));
-    for (int32_t j = 0; j < n; ++j) {
-      if (j < n_next) {
-        prefetch_row(p.k + (c0 + n + j) * p.k_stride, k_row_bytes);
-        prefetch_row(p.v + (c0 + n + j) * p.v_stride, v_row_bytes);
-      }
-      deq_k(p.k + (c0 + j) * p.k_stride, dk, ktile + j * dk, tab_k);
-    }
+    Prefetch pf{p.k + (c0 + n) * p.k_stride,
+                p.v + (c0 + n) * p.v_stride,
+                p.k_stride,
+                p.v_stride,
+                k_row_bytes,
+                v_row_bytes,
+                static_cast<int32_t>(std::clamp<int64_t>(pf_end - (c0 + n), 0, kKeyChunk))};
+    deq_k(p.k + c0 * p.k_stride, p.k_stride, n, dk, ktile, tab_k, pf);
     // Keys past the range score against zeros and are then hidden; zeroing keeps them finite.
     if (n < kKeyChunk) std::memset(ktile + n * dk, 0, sizeof(float) * (kKeyChunk - n) * dk);
 
@@ -462,7 +492,7 @@ void attend_head(const AttendParams& p, const Context& ctx) {
     }
     if (!any_visible) continue;
 
-    for (int32_t j = 0; j < n; ++j) deq_v(p.v + (c0 + j) * p.v_stride, dv, vtile + j * dv, tab_v);
+    deq_v(p.v + c0 * p.v_stride, p.v_stride, n, dv, vtile, tab_v, Prefetch{});
     // o[r] += sum_j probs[r][j] * V[j]; eight vectors of o stay in registers across the keys.
     constexpr int32_t kBlock = 8 * kLanes;
     for (int32_t r = 0; r < p.n_rows; ++r) {
