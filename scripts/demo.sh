@@ -13,4 +13,4 @@ echo "## Decode speed, CPU backend, 32 query heads / 8 KV heads, head dim 128, 1
 "$bin"/bench/kvflash-bench-cpu --types f16,q8_0,q4_0,turbo3 -d 4096,32768 -r 5 "$@"
 echo
 echo "## Accuracy against the float64 reference (same quantized K/V), every type, decode"
-"$bin"/parity/kvflash-parity --mode test --filter 'q1_h32x8_d128_' | tail -n 12
+"$bin"/parity/kvflash-parity --mode test --filter '^q1_h8x2_d128_k-' | tail -n 20

@@ -172,48 +172,54 @@ inline v16i widen_s8(const uint8_t* p) {
 // Blocks are read in place through byte pointers (no copy of a block to the stack: a narrow
 // store followed by a wide load of the same bytes stalls store forwarding).
 
-[[gnu::always_inline]] inline void deq_f32(const uint8_t* src, int32_t n, float* dst,
+[[gnu::always_inline]] inline void deq_f32(const uint8_t* src, int32_t n, float* dst, int32_t vs,
                                            const float*) {
-  std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(n));
+  for (int32_t d = 0; d < n; d += kLanes) {
+    v16 v;
+    std::memcpy(&v, src + 4 * d, sizeof(v));
+    store(dst + d / kLanes * vs, v);
+  }
 }
-[[gnu::always_inline]] inline void deq_f16(const uint8_t* src, int32_t n, float* dst,
+[[gnu::always_inline]] inline void deq_f16(const uint8_t* src, int32_t n, float* dst, int32_t vs,
                                            const float*) {
   for (int32_t d = 0; d < n; d += kLanes)
-    store(dst + d, half_to_float(reinterpret_cast<const uint16_t*>(src) + d));
+    store(dst + (d) / kLanes * vs, half_to_float(reinterpret_cast<const uint16_t*>(src) + d));
 }
-[[gnu::always_inline]] inline void deq_bf16(const uint8_t* src, int32_t n, float* dst,
+[[gnu::always_inline]] inline void deq_bf16(const uint8_t* src, int32_t n, float* dst, int32_t vs,
                                             const float*) {
   for (int32_t d = 0; d < n; d += kLanes) {
 #if defined(__AVX512F__)
     const __m512i w =
         _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * d)));
-    store(dst + d, (v16)_mm512_slli_epi32(w, 16));
+    store(dst + (d) / kLanes * vs, (v16)_mm512_slli_epi32(w, 16));
 #else
     v16u w;
     for (int i = 0; i < kLanes; ++i) w[i] = uint32_t{read_u16(src + 2 * (d + i))} << 16;
-    store(dst + d, as_float(w));
+    store(dst + (d) / kLanes * vs, as_float(w));
 #endif
   }
 }
-[[gnu::always_inline]] inline void deq_q8_0(const uint8_t* src, int32_t n, float* dst,
+[[gnu::always_inline]] inline void deq_q8_0(const uint8_t* src, int32_t n, float* dst, int32_t vs,
                                             const float*) {
   for (int32_t b = 0; b < n / kQ8_0Values; ++b) {
     const uint8_t* blk = src + b * sizeof(BlockQ8_0);
     const float d = half_to_float1(read_u16(blk));
     const uint8_t* qs = blk + offsetof(BlockQ8_0, qs);
-    store(dst + b * kQ8_0Values, __builtin_convertvector(widen_s8(qs), v16) * d);
-    store(dst + b * kQ8_0Values + kLanes, __builtin_convertvector(widen_s8(qs + kLanes), v16) * d);
+    store(dst + (b * kQ8_0Values) / kLanes * vs, __builtin_convertvector(widen_s8(qs), v16) * d);
+    store(dst + (b * kQ8_0Values + kLanes) / kLanes * vs,
+          __builtin_convertvector(widen_s8(qs + kLanes), v16) * d);
   }
 }
-[[gnu::always_inline]] inline void deq_q4_0(const uint8_t* src, int32_t n, float* dst,
+[[gnu::always_inline]] inline void deq_q4_0(const uint8_t* src, int32_t n, float* dst, int32_t vs,
                                             const float*) {
   for (int32_t b = 0; b < n / kQ4_0Values; ++b) {
     const uint8_t* blk = src + b * sizeof(BlockQ4_0);
     const float d = half_to_float1(read_u16(blk));
     const v16 dv = splat(d), bias = splat(-8.0f * d);  // d * (q - 8) = q * d - 8d: one FMA
     const v16i q = widen_u8(blk + offsetof(BlockQ4_0, qs));
-    store(dst + b * kQ4_0Values, __builtin_convertvector(q & 15, v16) * dv + bias);
-    store(dst + b * kQ4_0Values + kLanes, __builtin_convertvector(q >> 4, v16) * dv + bias);
+    store(dst + (b * kQ4_0Values) / kLanes * vs, __builtin_convertvector(q & 15, v16) * dv + bias);
+    store(dst + (b * kQ4_0Values + kLanes) / kLanes * vs,
+          __builtin_convertvector(q >> 4, v16) * dv + bias);
   }
 }
 
@@ -248,7 +254,7 @@ template <int Bits>
 }
 
 template <int Bits>
-[[gnu::always_inline]] inline void deq_turbo(const uint8_t* src, int32_t n, float* dst,
+[[gnu::always_inline]] inline void deq_turbo(const uint8_t* src, int32_t n, float* dst, int32_t vs,
                                              const float* table) {
   using Block = std::conditional_t<Bits == 2, BlockTurbo2,
                                    std::conditional_t<Bits == 3, BlockTurbo3, BlockTurbo4>>;
@@ -260,7 +266,8 @@ template <int Bits>
     const v16i qh = Bits == 3 ? widen_u8(blk + 2 + 32) : v16i{};  // the 1-bit plane of turbo3
 #pragma GCC unroll 8
     for (int c = 0; c < kTurboValues / kLanes; ++c)
-      store(dst + g * kTurboValues + c * kLanes, lookup(turbo_codes<Bits>(qs, qh, c), scaled));
+      store(dst + (g * kTurboValues + c * kLanes) / kLanes * vs,
+            lookup(turbo_codes<Bits>(qs, qh, c), scaled));
   }
 }
 
@@ -280,20 +287,21 @@ inline void prefetch_lines(const uint8_t* row, int64_t bytes) {
 
 // A tile of n_rows rows (n stored values each) from rows `stride` bytes apart: one call per
 // tile, the row decoder inlined.
-template <void (*Row)(const uint8_t*, int32_t, float*, const float*)>
+// Row j's vectors go to dst + j * row_step + k * vs (k-th 16-value vector).
+template <void (*Row)(const uint8_t*, int32_t, float*, int32_t, const float*)>
 void deq_rows(const uint8_t* src, int64_t stride, int32_t n_rows, int32_t n, float* dst,
-              const float* table, const Prefetch& pf) {
+              int32_t row_step, int32_t vs, const float* table, const Prefetch& pf) {
   for (int32_t j = 0; j < n_rows; ++j) {
     if (j < pf.n) {
       prefetch_lines(pf.k + j * pf.k_stride, pf.k_bytes);
       prefetch_lines(pf.v + j * pf.v_stride, pf.v_bytes);
     }
-    Row(src + j * stride, n, dst + static_cast<int64_t>(j) * n, table);
+    Row(src + j * stride, n, dst + static_cast<int64_t>(j) * row_step, vs, table);
   }
 }
 
-using Dequant = void (*)(const uint8_t*, int64_t, int32_t, int32_t, float*, const float*,
-                         const Prefetch&);
+using Dequant = void (*)(const uint8_t*, int64_t, int32_t, int32_t, float*, int32_t, int32_t,
+                         const float*, const Prefetch&);
 Dequant pick_dequant(KvType t) {
   switch (t) {
     case KvType::f32:
@@ -355,13 +363,15 @@ struct CentroidTable {
                                  31);
 }
 
-// Scores of one row against 16 keys of the K tile (rows of dk floats).
+// Scores of one row against 16 keys of the K tile. The tile is stored (dk / 16, kKeyChunk, 16):
+// the 16 keys' vectors of one 16-dim slice are adjacent, so the 16 loads of a step sit at
+// constant offsets from one pointer (a (key, dim) layout needs 16 live pointers and spills).
 [[gnu::always_inline]] inline v16 score16(const float* q, const float* ktile, int32_t dk) {
   v16 acc[kLanes] = {};
-  for (int32_t d = 0; d < dk; d += kLanes) {
+  for (int32_t d = 0; d < dk; d += kLanes, ktile += kKeyChunk * kLanes) {
     const v16 qv = load(q + d);
 #pragma GCC unroll 16
-    for (int j = 0; j < kLanes; ++j) acc[j] += qv * load(ktile + j * dk + d);
+    for (int j = 0; j < kLanes; ++j) acc[j] += qv * load(ktile + j * kLanes);
   }
   return reduce16(acc);
 }
@@ -430,9 +440,13 @@ void attend_head(const AttendParams& p, const Context& ctx) {
                 k_row_bytes,
                 v_row_bytes,
                 static_cast<int32_t>(std::clamp<int64_t>(pf_end - (c0 + n), 0, kKeyChunk))};
-    deq_k(p.k + c0 * p.k_stride, p.k_stride, n, dk, ktile, tab_k, pf);
+    // K tile layout (dk / 16, kKeyChunk, 16), see score16.
+    deq_k(p.k + c0 * p.k_stride, p.k_stride, n, dk, ktile, kLanes, kKeyChunk * kLanes, tab_k, pf);
     // Keys past the range score against zeros and are then hidden; zeroing keeps them finite.
-    if (n < kKeyChunk) std::memset(ktile + n * dk, 0, sizeof(float) * (kKeyChunk - n) * dk);
+    if (n < kKeyChunk)
+      for (int32_t d = 0; d < dk; d += kLanes)
+        std::memset(ktile + (d * kKeyChunk + n * kLanes), 0,
+                    sizeof(float) * (kKeyChunk - n) * kLanes);
 
     bool any_visible = false;
     for (int32_t r = 0; r < p.n_rows; ++r) {
@@ -447,7 +461,7 @@ void attend_head(const AttendParams& p, const Context& ctx) {
       }
       const float* q = p.q + static_cast<int64_t>(r) * dk;
       v16 s[kChunkVecs];
-      for (int32_t c = 0; c < kChunkVecs; ++c) s[c] = score16(q, ktile + c * kLanes * dk, dk);
+      for (int32_t c = 0; c < kChunkVecs; ++c) s[c] = score16(q, ktile + c * kLanes * kLanes, dk);
       float* sv = reinterpret_cast<float*>(s);
       if (p.softcap > 0.0f)
         for (int32_t j = 0; j < kKeyChunk; ++j) sv[j] = p.softcap * std::tanh(sv[j] / p.softcap);
@@ -492,7 +506,7 @@ void attend_head(const AttendParams& p, const Context& ctx) {
     }
     if (!any_visible) continue;
 
-    deq_v(p.v + c0 * p.v_stride, p.v_stride, n, dv, vtile, tab_v, Prefetch{});
+    deq_v(p.v + c0 * p.v_stride, p.v_stride, n, dv, vtile, dv, kLanes, tab_v, Prefetch{});
     // o[r] += sum_j probs[r][j] * V[j]; eight vectors of o stay in registers across the keys.
     constexpr int32_t kBlock = 8 * kLanes;
     for (int32_t r = 0; r < p.n_rows; ++r) {
