@@ -46,6 +46,22 @@ std::vector<std::string> split(std::string_view text, char sep) {
   return out;
 }
 
+std::vector<std::string> llama_style_args(int argc, const char* const* argv) {
+  std::vector<std::string> args;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    bool llama = false;
+    for (std::string_view s : {"-ctk", "-ctv"})
+      llama = llama || (a.rfind(s, 0) == 0 && (a.size() == s.size() || a[s.size()] == '='));
+    // Built by appending: GCC 12 reports a false -Wrestrict on insert/operator+ here.
+    std::string out;
+    if (llama) out.push_back('-');
+    out.append(a);
+    args.push_back(std::move(out));
+  }
+  return args;
+}
+
 Expected<std::vector<int64_t>> parse_int_list(std::string_view flag, std::string_view text) {
   std::vector<int64_t> out;
   for (const std::string& item : split(text, ',')) {
@@ -76,7 +92,8 @@ Expected<std::vector<int64_t>> parse_int_list(std::string_view flag, std::string
       return flag_error(flag, item, "the factor of a range must be >= 2 and its step >= 1");
     for (int64_t v = first; v <= last; v = op == '*' ? v * step : v + step) {
       out.push_back(v);
-      if (out.size() > 100000) return flag_error(flag, item, "a range may give 100000 values at most");
+      if (out.size() > 100000)
+        return flag_error(flag, item, "a range may give 100000 values at most");
     }
   }
   if (out.empty()) return flag_error(flag, text, kListHelp);
@@ -84,14 +101,15 @@ Expected<std::vector<int64_t>> parse_int_list(std::string_view flag, std::string
 }
 
 Expected<std::vector<std::pair<int32_t, int32_t>>> parse_heads(std::string_view flag,
-                                                                std::string_view text) {
+                                                               std::string_view text) {
   std::vector<std::pair<int32_t, int32_t>> out;
   constexpr std::string_view help =
       "expected QUERY_HEADS/KV_HEADS with KV_HEADS dividing QUERY_HEADS, e.g. 32/8 or 32/8,64/8";
   for (const std::string& item : split(text, ',')) {
     const auto parts = split(item, '/');
     int64_t q = 0, kv = 0;
-    if (parts.size() == 1 && to_int(parts[0], q)) kv = q;
+    if (parts.size() == 1 && to_int(parts[0], q))
+      kv = q;
     else if (parts.size() != 2 || !to_int(parts[0], q) || !to_int(parts[1], kv))
       return flag_error(flag, item, help);
     if (q < 1 || kv < 1 || q % kv != 0 || q > SupportedSpace::max_q_heads)
@@ -110,7 +128,8 @@ Expected<std::vector<HeadDims>> parse_head_dims(std::string_view flag, std::stri
   for (const std::string& item : split(text, ',')) {
     const auto parts = split(item, '/');
     int64_t k = 0, v = 0;
-    if (parts.size() == 1 && to_int(parts[0], k)) v = k;
+    if (parts.size() == 1 && to_int(parts[0], k))
+      v = k;
     else if (parts.size() != 2 || !to_int(parts[0], k) || !to_int(parts[1], v))
       return flag_error(flag, item, allowed);
     const HeadDims hd{static_cast<int32_t>(k), static_cast<int32_t>(v)};
@@ -140,7 +159,8 @@ Expected<int64_t> parse_bytes(std::string_view flag, std::string_view text) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
   std::string unit;
   while (!s.empty() && std::isalpha(static_cast<unsigned char>(s.back()))) {
-    unit.insert(unit.begin(), static_cast<char>(std::tolower(static_cast<unsigned char>(s.back()))));
+    unit.insert(unit.begin(),
+                static_cast<char>(std::tolower(static_cast<unsigned char>(s.back()))));
     s.pop_back();
   }
   double value = 0;
@@ -149,12 +169,18 @@ Expected<int64_t> parse_bytes(std::string_view flag, std::string_view text) {
   if (s.empty() || ec != std::errc() || p != s.data() + s.size() || value <= 0)
     return flag_error(flag, text, help);
   double mult = 1;
-  if (unit.empty() || unit == "b") mult = 1;
-  else if (unit == "k" || unit == "kb" || unit == "kib") mult = 1024.0;
-  else if (unit == "m" || unit == "mb" || unit == "mib") mult = 1024.0 * 1024;
-  else if (unit == "g" || unit == "gb" || unit == "gib") mult = 1024.0 * 1024 * 1024;
-  else if (unit == "t" || unit == "tb" || unit == "tib") mult = 1024.0 * 1024 * 1024 * 1024;
-  else return flag_error(flag, text, help);
+  if (unit.empty() || unit == "b")
+    mult = 1;
+  else if (unit == "k" || unit == "kb" || unit == "kib")
+    mult = 1024.0;
+  else if (unit == "m" || unit == "mb" || unit == "mib")
+    mult = 1024.0 * 1024;
+  else if (unit == "g" || unit == "gb" || unit == "gib")
+    mult = 1024.0 * 1024 * 1024;
+  else if (unit == "t" || unit == "tb" || unit == "tib")
+    mult = 1024.0 * 1024 * 1024 * 1024;
+  else
+    return flag_error(flag, text, help);
   return static_cast<int64_t>(value * mult);
 }
 

@@ -22,12 +22,17 @@ namespace kvflash::tools {
 
 Expected<std::vector<int64_t>> parse_int_list(std::string_view flag, std::string_view text);
 Expected<std::vector<std::pair<int32_t, int32_t>>> parse_heads(std::string_view flag,
-                                                                std::string_view text);
+                                                               std::string_view text);
 Expected<std::vector<HeadDims>> parse_head_dims(std::string_view flag, std::string_view text);
 Expected<std::vector<KvType>> parse_types(std::string_view flag, std::string_view text);
 // "1,5" style size with a unit: 80G, 141GiB, 512M, 1T (powers of 1024), or plain bytes.
 Expected<int64_t> parse_bytes(std::string_view flag, std::string_view text);
 
 std::vector<std::string> split(std::string_view text, char sep);
+
+// llama-bench users type -ctk / -ctv; CLI11 takes one letter after a single dash, so the tools
+// register --ctk / --ctv and the arguments are rewritten first ("-ctk" -> "--ctk",
+// "-ctk=f16" -> "--ctk=f16"). Everything else passes through unchanged.
+std::vector<std::string> llama_style_args(int argc, const char* const* argv);
 
 }  // namespace kvflash::tools

@@ -16,9 +16,10 @@ void Progress::step(const std::string& label) {
   const double elapsed = std::chrono::duration<double>(now - start_).count();
   if (elapsed < kQuietSeconds || std::chrono::duration<double>(now - last_).count() < 0.25) return;
   last_ = now;
-  const double remaining = done_ > 0 ? elapsed / static_cast<double>(done_) * static_cast<double>(total_ - done_) : 0;
-  fmt::print(stderr, "\r\033[K[{}/{}] {}  {:.0f}s elapsed, ~{:.0f}s left", done_, total_, label, elapsed,
-             remaining);
+  const double remaining =
+      done_ > 0 ? elapsed / static_cast<double>(done_) * static_cast<double>(total_ - done_) : 0;
+  fmt::print(stderr, "\r\033[K[{}/{}] {}  {:.0f}s elapsed, ~{:.0f}s left", done_, total_, label,
+             elapsed, remaining);
   std::fflush(stderr);
   shown_ = true;
 }

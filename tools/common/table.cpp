@@ -11,19 +11,22 @@ Expected<OutputFormat> parse_output_format(std::string_view flag, std::string_vi
   if (text == "md") return OutputFormat::md;
   if (text == "csv") return OutputFormat::csv;
   if (text == "json") return OutputFormat::json;
-  return invalid_argument(fmt::format("{}: '{}' is not valid; expected md, csv or json", flag, text));
+  return invalid_argument(
+      fmt::format("{}: '{}' is not valid; expected md, csv or json", flag, text));
 }
 
 std::string Table::text(const Cell& c, const Column& col) const {
   if (std::holds_alternative<std::string>(c)) return std::get<std::string>(c);
   if (std::holds_alternative<int64_t>(c)) return std::to_string(std::get<int64_t>(c));
-  if (std::holds_alternative<double>(c)) return fmt::format("{:.{}f}", std::get<double>(c), col.precision);
+  if (std::holds_alternative<double>(c))
+    return fmt::format("{:.{}f}", std::get<double>(c), col.precision);
   return "";
 }
 
 std::string Table::markdown() const {
   std::vector<size_t> width(columns_.size());
-  for (size_t i = 0; i < columns_.size(); ++i) width[i] = std::max<size_t>(3, columns_[i].name.size());
+  for (size_t i = 0; i < columns_.size(); ++i)
+    width[i] = std::max<size_t>(3, columns_[i].name.size());
   for (const auto& row : rows_)
     for (size_t i = 0; i < columns_.size() && i < row.size(); ++i)
       width[i] = std::max(width[i], text(row[i], columns_[i]).size());
@@ -82,15 +85,19 @@ std::string Table::csv() const {
 }
 
 std::string Table::json() const {
-  nlohmann::json arr = nlohmann::json::array();
+  nlohmann::ordered_json arr = nlohmann::ordered_json::array();
   for (const auto& row : rows_) {
-    nlohmann::json obj = nlohmann::json::object();
+    nlohmann::ordered_json obj = nlohmann::ordered_json::object();
     for (size_t i = 0; i < columns_.size(); ++i) {
       const Cell& c = i < row.size() ? row[i] : Cell{};
-      if (std::holds_alternative<std::string>(c)) obj[columns_[i].name] = std::get<std::string>(c);
-      else if (std::holds_alternative<int64_t>(c)) obj[columns_[i].name] = std::get<int64_t>(c);
-      else if (std::holds_alternative<double>(c)) obj[columns_[i].name] = std::get<double>(c);
-      else obj[columns_[i].name] = nullptr;
+      if (std::holds_alternative<std::string>(c))
+        obj[columns_[i].name] = std::get<std::string>(c);
+      else if (std::holds_alternative<int64_t>(c))
+        obj[columns_[i].name] = std::get<int64_t>(c);
+      else if (std::holds_alternative<double>(c))
+        obj[columns_[i].name] = std::get<double>(c);
+      else
+        obj[columns_[i].name] = nullptr;
     }
     arr.push_back(std::move(obj));
   }
@@ -99,9 +106,12 @@ std::string Table::json() const {
 
 std::string Table::render(OutputFormat f) const {
   switch (f) {
-    case OutputFormat::md: return markdown();
-    case OutputFormat::csv: return csv();
-    case OutputFormat::json: return json();
+    case OutputFormat::md:
+      return markdown();
+    case OutputFormat::csv:
+      return csv();
+    case OutputFormat::json:
+      return json();
   }
   return markdown();
 }

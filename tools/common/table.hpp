@@ -19,9 +19,9 @@ Expected<OutputFormat> parse_output_format(std::string_view flag, std::string_vi
 using Cell = std::variant<std::monostate, std::string, int64_t, double>;
 
 struct Column {
-  std::string name;       // header (markdown) and key (CSV / JSON)
-  int precision = 2;      // digits after the point for doubles
-  bool right = true;      // markdown alignment
+  std::string name;   // header (markdown) and key (CSV / JSON)
+  int precision = 2;  // digits after the point for doubles
+  bool right = true;  // markdown alignment
 };
 
 class Table {

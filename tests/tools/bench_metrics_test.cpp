@@ -1,0 +1,65 @@
+// The counts speeds are computed from, against hand-computed cases: visible (query, key) pairs
+// under problem.hpp's causal and window rules, attention flops, KV bytes, rotation copies.
+#include <gtest/gtest.h>
+
+#include "bench/metrics.hpp"
+#include "bench/runner.hpp"
+
+namespace kvflash::bench {
+namespace {
+
+TEST(BenchMetrics, VisiblePairs) {
+  EXPECT_EQ(visible_pairs(1, 100, true, 0), 100);          // decode sees the whole cache
+  EXPECT_EQ(visible_pairs(4, 4, true, 0), 1 + 2 + 3 + 4);  // fresh prompt: a triangle
+  EXPECT_EQ(visible_pairs(2, 5, true, 0), 4 + 5);          // queries at positions 3 and 4
+  EXPECT_EQ(visible_pairs(3, 5, false, 0), 15);            // no mask: everything
+  EXPECT_EQ(visible_pairs(4, 4, true, 2), 1 + 2 + 2 + 2);  // window 2: itself and one before
+  EXPECT_EQ(visible_pairs(2, 5, false, 2), 3 + 2);     // no causal cut: keys after the query count
+  EXPECT_EQ(visible_pairs(3, 2, true, 0), 0 + 1 + 2);  // a query before position 0 sees nothing
+  EXPECT_EQ(visible_pairs(512, 512, true, 0), 512 * 513 / 2);
+}
+
+TEST(BenchMetrics, AttentionFlops) {
+  AttentionProblem p;  // 32/8 heads, D 128, causal
+  p.kv_capacity = 1024;
+  // Decode: 2 * (128 + 128) flops per key, 1024 keys, 32 query heads.
+  EXPECT_DOUBLE_EQ(attention_flops(p), 2.0 * 256 * 1024 * 32);
+  // Prefill of a fresh 512-token prompt, MLA dims, 2 sequences of 4 heads:
+  // 2 * (576 + 512) * (512 * 513 / 2) * 4 * 2 = 2176 * 131328 * 8.
+  p.n_q_tokens = 512;
+  p.kv_capacity = 512;
+  p.n_q_heads = 4;
+  p.n_kv_heads = 1;
+  p.n_seqs = 2;
+  p.head_dim = {576, 512};
+  EXPECT_DOUBLE_EQ(attention_flops(p), 2286157824.0);
+  p.causal = false;
+  EXPECT_DOUBLE_EQ(attention_flops(p), 2.0 * 1088 * 512 * 512 * 4 * 2);
+}
+
+TEST(BenchMetrics, KvBytes) {
+  AttentionProblem p;
+  p.n_seqs = 2;
+  p.kv_capacity = 1000;
+  p.k_type = KvType::f16;   // 128 values * 2 bytes = 256
+  p.v_type = KvType::q4_0;  // 4 blocks of 18 bytes = 72
+  EXPECT_DOUBLE_EQ(kv_bytes(p), 2.0 * 1000 * 8 * (256 + 72));
+  p.head_dim = {64, 64};
+  p.k_type = p.v_type = KvType::turbo3;  // one whole 128-value group: 50 bytes, padding read too
+  EXPECT_DOUBLE_EQ(kv_bytes(p), 2.0 * 1000 * 8 * (50 + 50));
+  EXPECT_TRUE(is_decode(p));
+  p.n_q_tokens = 9;
+  EXPECT_FALSE(is_decode(p));
+}
+
+TEST(BenchMetrics, RotationCopies) {
+  const int64_t mib = 1 << 20;
+  EXPECT_EQ(rotation_copies(4 * mib, 32 * mib, 100, 8192 * mib), 16);   // 2 x LLC / copy
+  EXPECT_EQ(rotation_copies(4 * mib, 32 * mib, 6, 8192 * mib), 6);      // no more than the calls
+  EXPECT_EQ(rotation_copies(4 * mib, 32 * mib, 100, 20 * mib), 5);      // nor than the budget
+  EXPECT_EQ(rotation_copies(512 * mib, 32 * mib, 100, 8192 * mib), 1);  // already > 2 x LLC
+  EXPECT_EQ(rotation_copies(512 * mib, 32 * mib, 100, 100 * mib), 1);   // at least one
+}
+
+}  // namespace
+}  // namespace kvflash::bench

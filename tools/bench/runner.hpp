@@ -1,0 +1,50 @@
+// Times one benchmark point: plans the problem with the registry, lays out the inputs, rotates
+// them past the last-level cache, warms up, and returns every timed call. One function per
+// backend, so a backend's timing method (host clocks; CUDA events) stays with its buffers.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bench/machine.hpp"
+#include "kvflash/registry.hpp"
+#include "kvflash/status.hpp"
+
+namespace kvflash::bench {
+
+struct RunConfig {
+  std::optional<Backend> backend;  // nullopt: the best candidate of any backend
+  int32_t threads = 0;             // CPU threads, 0 = every hardware thread
+  int32_t reps = 5;
+  int32_t warmup = 1;
+  uint64_t seed = 42;
+  int64_t llc_bytes = 32 << 20;       // inputs rotate through copies totalling twice this
+  int64_t memory_budget = 0;          // bytes one point's inputs may take, copies included
+  const HugeBuffer* evict = nullptr;  // streamed through after setup, so no input starts cached
+  int evict_threads = 1;
+};
+
+struct Timing {
+  std::string kernel;  // the registry's choice, plan()->kernel->name
+  Backend backend = Backend::cpu;
+  int32_t threads = 1;     // as planned
+  int64_t copies = 1;      // input copies rotated through
+  std::vector<double> us;  // every timed call, sorted ascending
+  // The middle call, or the mean of the two middle ones for an even count.
+  double median() const {
+    const size_t n = us.size();
+    return n % 2 ? us[n / 2] : 0.5 * (us[n / 2 - 1] + us[n / 2]);
+  }
+};
+
+// Errors (unsupported combination, not enough memory) come back as values, never thrown.
+Expected<Timing> time_point(const AttentionProblem& p, const RunConfig& cfg);
+
+// How many copies of `copy_bytes` of inputs to rotate through: enough that between two uses of one
+// copy more than twice the last-level cache is read, but never more than the calls made (each call
+// then reads a copy untouched since the eviction pass) nor more than the budget allows.
+int64_t rotation_copies(int64_t copy_bytes, int64_t llc_bytes, int64_t calls, int64_t budget);
+
+}  // namespace kvflash::bench
