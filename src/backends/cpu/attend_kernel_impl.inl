@@ -240,13 +240,13 @@ inline v16 lookup(const v16i& code, const v16& table) {
 // Only the low 4 bits of each lane are meaningful: the lookup reads bits 0..3 and its 16-entry
 // table repeats the 4 or 8 centroids of turbo2 / turbo3, so bits above the code need no mask.
 template <int Bits>
-[[gnu::always_inline]] inline v16i turbo_codes(const uint8_t* qs, const v16i& qh, int c) {
+[[gnu::always_inline]] inline v16i turbo_codes(const v16i* qs, const v16i& qh, int c) {
   if constexpr (Bits == 4) {
-    return widen_u8(qs + (c % 4) * kLanes) >> (4 * (c / 4));
+    return qs[c % 4] >> (4 * (c / 4));
   } else if constexpr (Bits == 2) {
-    return widen_u8(qs + (c % 2) * kLanes) >> (2 * (c / 2));
+    return qs[c % 2] >> (2 * (c / 2));
   } else {
-    const v16i lo = widen_u8(qs + (c % 2) * kLanes) >> (2 * (c / 2));
+    const v16i lo = qs[c % 2] >> (2 * (c / 2));
     // Bit c of the 1-bit plane moved to bit 2.
     const v16i hi = c >= 2 ? qh >> (c - 2) : qh << (2 - c);
     return (lo & 3) | (hi & ~3);
@@ -258,11 +258,16 @@ template <int Bits>
                                              const float* table) {
   using Block = std::conditional_t<Bits == 2, BlockTurbo2,
                                    std::conditional_t<Bits == 3, BlockTurbo3, BlockTurbo4>>;
+  constexpr int kPieces = Bits == 4 ? 4 : 2;  // 16-byte pieces of the 2- or 4-bit plane
   for (int32_t g = 0; g < n / kTurboValues; ++g) {
     const uint8_t* blk = src + g * sizeof(Block);
     // The block's norm folded into its table once: one multiply per block, not per value.
     const v16 scaled = load(table) * half_to_float1(read_u16(blk));
-    const uint8_t* qs = blk + 2;
+    // Each plane piece is widened once and shifted for every code it holds (the compiler cannot
+    // reuse the loads itself: the stores to dst might alias src).
+    v16i qs[kPieces];
+#pragma GCC unroll 4
+    for (int i = 0; i < kPieces; ++i) qs[i] = widen_u8(blk + 2 + i * kLanes);
     const v16i qh = Bits == 3 ? widen_u8(blk + 2 + 32) : v16i{};  // the 1-bit plane of turbo3
 #pragma GCC unroll 8
     for (int c = 0; c < kTurboValues / kLanes; ++c)
