@@ -58,26 +58,4 @@ void dequantize_block_q4_0(const BlockQ4_0* x, float* y) {
   }
 }
 
-void quantize_row_q4_0(const float* x, int64_t n, BlockQ4_0* y) {
-  const int64_t full = n / kQ4_0Values;
-  for (int64_t b = 0; b < full; ++b) quantize_block_q4_0(x + b * kQ4_0Values, y + b);
-  const int64_t rest = n - full * kQ4_0Values;
-  if (rest > 0) {
-    float buf[kQ4_0Values] = {};
-    std::memcpy(buf, x + full * kQ4_0Values, static_cast<size_t>(rest) * sizeof(float));
-    quantize_block_q4_0(buf, y + full);
-  }
-}
-
-void dequantize_row_q4_0(const BlockQ4_0* x, int64_t n, float* y) {
-  const int64_t full = n / kQ4_0Values;
-  for (int64_t b = 0; b < full; ++b) dequantize_block_q4_0(x + b, y + b * kQ4_0Values);
-  const int64_t rest = n - full * kQ4_0Values;
-  if (rest > 0) {
-    float buf[kQ4_0Values];
-    dequantize_block_q4_0(x + full, buf);
-    std::memcpy(y + full * kQ4_0Values, buf, static_cast<size_t>(rest) * sizeof(float));
-  }
-}
-
 }  // namespace kvflash::detail

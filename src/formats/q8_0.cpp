@@ -40,26 +40,4 @@ void dequantize_block_q8_0(const BlockQ8_0* x, float* y) {
   for (int j = 0; j < kQ8_0Values; ++j) y[j] = static_cast<float>(x->qs[j]) * d;
 }
 
-void quantize_row_q8_0(const float* x, int64_t n, BlockQ8_0* y) {
-  const int64_t full = n / kQ8_0Values;
-  for (int64_t b = 0; b < full; ++b) quantize_block_q8_0(x + b * kQ8_0Values, y + b);
-  const int64_t rest = n - full * kQ8_0Values;
-  if (rest > 0) {
-    float buf[kQ8_0Values] = {};
-    std::memcpy(buf, x + full * kQ8_0Values, static_cast<size_t>(rest) * sizeof(float));
-    quantize_block_q8_0(buf, y + full);
-  }
-}
-
-void dequantize_row_q8_0(const BlockQ8_0* x, int64_t n, float* y) {
-  const int64_t full = n / kQ8_0Values;
-  for (int64_t b = 0; b < full; ++b) dequantize_block_q8_0(x + b, y + b * kQ8_0Values);
-  const int64_t rest = n - full * kQ8_0Values;
-  if (rest > 0) {
-    float buf[kQ8_0Values];
-    dequantize_block_q8_0(x + full, buf);
-    std::memcpy(y + full * kQ8_0Values, buf, static_cast<size_t>(rest) * sizeof(float));
-  }
-}
-
 }  // namespace kvflash::detail
