@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# On a GPU machine (Hopper, sm_90): build kvflash with its CUDA backend, run every test (GPU tests
+# carry the CTest label "gpu"; each also runs under compute-sanitizer memcheck and racecheck), run
+# the benchmarks, and write everything into the folder named as the first argument:
+#   env.txt      GPU, driver, compilers
+#   build.txt    the build log
+#   ctest.txt    all tests
+#   sanitizer.txt compute-sanitizer over the GPU tests
+#   bench_*.csv  kvflash-bench results (CPU; CUDA once the backend registers kernels)
+# The machine may lack the Debian -dev packages kvflash builds with (fmt, CLI11, nlohmann-json,
+# GoogleTest); if so they are unpacked from .debs/ (fetch them on a Debian machine with
+# `apt-get download libfmt-dev libfmt9 libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev`
+# into .debs/ and carry that folder) into a private prefix.
+set -uo pipefail
+out=${1:?usage: scripts/gpu_run.sh OUTDIR}
+mkdir -p "$out"
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+
+prefix_args=()
+if [ ! -f /usr/include/fmt/format.h ] || [ ! -f /usr/include/CLI/CLI.hpp ] ||
+   [ ! -f /usr/include/nlohmann/json.hpp ] || [ ! -f /usr/include/gtest/gtest.h ]; then
+  if ls .debs/*.deb >/dev/null 2>&1; then
+    deps=/tmp/kvflash-deps
+    for d in .debs/*.deb; do dpkg -x "$d" "$deps"; done
+    prefix_args=(-DCMAKE_PREFIX_PATH="$deps/usr")
+    export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  else
+    echo "missing fmt/CLI11/nlohmann-json/GoogleTest headers and no .debs/ to unpack" | tee "$out/env.txt"
+    exit 1
+  fi
+fi
+
+{
+  nvidia-smi; nvcc --version; cmake --version | head -1; g++ --version | head -1
+  echo "dependencies: ${prefix_args[*]:-system}"
+} > "$out/env.txt" 2>&1
+
+cmake -S . -B build/gpu -DCMAKE_BUILD_TYPE=Release -DKVFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+  "${prefix_args[@]}" > "$out/build.txt" 2>&1 &&
+  cmake --build build/gpu -j "$jobs" >> "$out/build.txt" 2>&1
+build_rc=$?
+if [ $build_rc -ne 0 ]; then
+  echo "build failed ($build_rc)"; tail -n 40 "$out/build.txt"; exit $build_rc
+fi
+
+ctest --test-dir build/gpu -j "$jobs" --output-on-failure > "$out/ctest.txt" 2>&1
+ctest_rc=$?
+tail -n 5 "$out/ctest.txt"
+
+# compute-sanitizer over every GPU test executable (label gpu); none are registered before the
+# CUDA kernels land, which the file then says.
+{
+  gpu_tests=$(ctest --test-dir build/gpu -L gpu -N 2>/dev/null | grep -c "Test *#")
+  echo "GPU tests: $gpu_tests"
+  for exe in build/gpu/tests/test_gpu_*; do
+    [ -x "$exe" ] || continue
+    for tool in memcheck racecheck; do
+      echo "== $tool $exe"; compute-sanitizer --tool "$tool" --error-exitcode 1 "$exe"; echo "rc=$?"
+    done
+  done
+} > "$out/sanitizer.txt" 2>&1
+
+bench=build/gpu/tools/bench/kvflash-bench
+$bench --backend cpu -ctk f16,q8_0,q4_0,turbo3 -d 32768 -r 5 -o csv > "$out/bench_cpu.csv" 2> "$out/bench_cpu.err"
+$bench --backend cuda -ctk f16,q8_0,q4_0,turbo3,turbo4 -d 4096-1048576*4 -r 20 -o csv \
+  > "$out/bench_cuda.csv" 2> "$out/bench_cuda.err"
+echo "cuda bench rc=$? $(head -c 300 "$out/bench_cuda.err")"
+exit $ctest_rc
