@@ -1,6 +1,6 @@
-#include <gtest/gtest.h>
-
 #include "kvflash/device.hpp"
+
+#include <gtest/gtest.h>
 
 namespace kvflash {
 namespace {

@@ -92,8 +92,9 @@ std::string header(const BenchOptions& o, const Machine& m) {
           ? fmt::format("CPU {:.1f} GB/s ({} threads, {}, best of {})", m.cpu_bw.gbps,
                         m.cpu_bw.threads, mib(double(m.cpu_bw.bytes)), m.cpu_bw.passes)
           : std::string("CPU n/a (no memory for the measurement)");
-  const std::string gpu_bw = m.gpu_bw ? fmt::format("GPU {:.0f} GB/s", *m.gpu_bw)
-                                      : "GPU n/a (no CUDA device, or the CUDA backend is not built)";
+  const std::string gpu_bw = m.gpu_bw
+                                 ? fmt::format("GPU {:.0f} GB/s", *m.gpu_bw)
+                                 : "GPU n/a (no CUDA device, or the CUDA backend is not built)";
   h += fmt::format("memory read bandwidth: {} · {}\n", cpu_bw, gpu_bw);
   h += fmt::format(
       "inputs rotated past the {} last-level cache; {} warm-up + {} timed calls per row, median "
