@@ -1,5 +1,6 @@
-// The CPU attention kernel: one block of query rows against one contiguous range of keys of one
-// (sequence, KV head), folded into running attention states (state.hpp) with the online softmax.
+// The CPU attention kernel: the query rows of every KV head of one sequence against one
+// contiguous range of keys, folded into running attention states (state.hpp) with the online
+// softmax.
 // It knows nothing of the registry or threads: raw pointers and one params struct. Compiled once
 // per instruction set (attend_kernel_impl.inl), chosen at run time by the registry's guards.
 #pragma once
@@ -22,7 +23,7 @@ inline constexpr int32_t kLanes = 16;
 // head-0 pointers below.
 struct AttendParams {
   KvType k_type, v_type;
-  int32_t dk;      // stored K values per row: padded_values(k_type, head_dim.k) for turbo, else dk
+  int32_t dk;      // stored K values per row: padded_values(k_type, head_dim.k) (whole blocks)
   int32_t dv;      // stored V values per row, likewise
   int32_t dk_row;  // head_dim.k (the logical row length quantize_row saw)
   int32_t dv_row;  // head_dim.v
@@ -35,7 +36,7 @@ struct AttendParams {
   int32_t n_heads;
   int64_t block_keys;
   int64_t kv_begin, kv_end;  // key positions [begin, end)
-  int64_t prefetch_end;      // keys in [kv_end, prefetch_end) come next: they may be prefetched
+  int64_t prefetch_end;      // set by attend() per block: keys up to here may be prefetched
 
   int32_t n_rows;  // query rows: row r is query token r / group, head (kv_head*group + r % group)
   int32_t group;
