@@ -23,12 +23,12 @@ inline constexpr int32_t kLanes = 16;
 // head-0 pointers below.
 struct AttendParams {
   KvType k_type, v_type;
-  int32_t dk;      // stored K values per row: padded_values(k_type, head_dim.k) (whole blocks)
-  int32_t dv;      // stored V values per row, likewise
-  int32_t dk_row;  // head_dim.k (the logical row length quantize_row saw)
-  int32_t dv_row;  // head_dim.v
-  const uint8_t* k;       // row of key 0 of KV head 0 of this sequence
-  int64_t k_stride;       // bytes between tokens
+  int32_t dk;        // stored K values per row: padded_values(k_type, head_dim.k) (whole blocks)
+  int32_t dv;        // stored V values per row, likewise
+  int32_t dk_row;    // head_dim.k (the logical row length quantize_row saw)
+  int32_t dv_row;    // head_dim.v
+  const uint8_t* k;  // row of key 0 of KV head 0 of this sequence
+  int64_t k_stride;  // bytes between tokens
   int64_t k_head_stride;  // bytes between KV heads
   const uint8_t* v;
   int64_t v_stride;
