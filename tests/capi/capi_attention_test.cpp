@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "capi/capi_test_util.hpp"
 #include "kvflash/formats.hpp"
 #include "kvflash/kvflash.h"
 #include "kvflash/problem.hpp"
@@ -21,12 +22,8 @@ namespace {
 
 using kvflash::KvType;
 
-kvflash_type c_type(KvType t) {
-  return static_cast<kvflash_type>(static_cast<int>(t));
-}
-std::string last_error() {
-  return kvflash_last_error();
-}
+using kvflash::capi_test::c_type;
+using kvflash::capi_test::last_error;
 
 kvflash_problem to_c(const kvflash::AttentionProblem& p) {
   kvflash_problem c = kvflash_problem_default();

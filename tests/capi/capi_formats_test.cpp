@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "capi/capi_test_util.hpp"
 #include "kvflash/formats.hpp"
 #include "kvflash/kvflash.h"
 #include "kvflash/status.hpp"
@@ -18,13 +19,8 @@ namespace {
 
 using kvflash::KvType;
 
-kvflash_type c_type(KvType t) {
-  return static_cast<kvflash_type>(static_cast<int>(t));
-}
-
-std::string last_error() {
-  return kvflash_last_error();
-}
+using kvflash::capi_test::c_type;
+using kvflash::capi_test::last_error;
 
 TEST(CapiTypes, NamesRoundTrip) {
   const char* names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "turbo2", "turbo3", "turbo4"};
