@@ -6,7 +6,14 @@
 #   build.txt    the build log
 #   ctest.txt    all tests
 #   sanitizer.txt compute-sanitizer over the GPU tests
-#   bench_*.csv  kvflash-bench results (CPU; CUDA once the backend registers kernels)
+#   bench_cpu.csv, bench_cuda.csv (+ .err)  kvflash-bench results (CPU; CUDA once the backend
+#                registers kernels)
+#   bench_sdpa.csv (+ .err)  the fair peer: PyTorch scaled_dot_product_attention (cuDNN and flash
+#                backends, f16/bf16) on the same GPU, 32/8 heads, D 128, depths 4K/32K/128K, 1
+#                and 8 query tokens (scripts/bench_sdpa.py); needs python3 with torch, else .err
+#                says it was skipped
+#   compare_sdpa.md  kvflash vs SDPA, one table per shape (scripts/compare_sdpa.py); also printed
+#                at the end of stdout
 # The machine may lack the Debian -dev packages kvflash builds with (fmt, CLI11, nlohmann-json,
 # GoogleTest); if so they are unpacked from .debs/ (fetch them on a Debian machine with
 # `apt-get download libfmt-dev libfmt9 libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev`
@@ -66,4 +73,16 @@ $bench --backend cpu -ctk f16,q8_0,q4_0,turbo3 -d 32768 -r 5 -o csv > "$out/benc
 $bench --backend cuda -ctk f16,q8_0,q4_0,turbo3,turbo4 -d 4096-1048576*4 -r 20 -o csv \
   > "$out/bench_cuda.csv" 2> "$out/bench_cuda.err"
 echo "cuda bench rc=$? $(head -c 300 "$out/bench_cuda.err")"
+
+# The fair peer (about 20 s with torch's start): PyTorch SDPA on the same shapes, then both side
+# by side. A machine without torch only logs that; nothing here changes the exit code.
+if python3 -c 'import torch' > /dev/null 2>&1; then
+  python3 scripts/bench_sdpa.py --heads 32/8 --head-dim 128 -d 4096,32768,131072 -n 1,8 \
+    -o "$out/bench_sdpa.csv" 2> "$out/bench_sdpa.err"
+  echo "sdpa bench rc=$? $(tail -n 1 "$out/bench_sdpa.err")"
+else
+  echo "sdpa bench skipped: python3 cannot import torch" | tee "$out/bench_sdpa.err"
+fi
+python3 scripts/compare_sdpa.py "$out/bench_cuda.csv" "$out/bench_sdpa.csv" > "$out/compare_sdpa.md"
+cat "$out/compare_sdpa.md"
 exit $ctest_rc
