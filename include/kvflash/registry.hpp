@@ -40,8 +40,11 @@ struct KernelCandidate {
   std::vector<Guard> guards;
   // Fills plan.n_splits and plan.workspace_bytes for the problem (a pure host function).
   std::function<void(Plan&)> make_plan;
-  // Runs the kernel; allocates nothing, workspace holds plan.workspace_bytes.
-  std::function<Status(const Plan&, const AttentionTensors&, void* workspace)> run;
+  // Runs the kernel; allocates nothing, workspace holds plan.workspace_bytes. For a CUDA kernel
+  // every pointer in the tensors and the workspace are device memory and the work is enqueued on
+  // `stream` (a cudaStream_t; nullptr = the legacy default stream) without synchronizing; CPU
+  // kernels ignore the stream and return when done.
+  std::function<Status(const Plan&, const AttentionTensors&, void* workspace, void* stream)> run;
 };
 
 struct SelectOptions {
@@ -74,9 +77,13 @@ struct Plan {
 };
 
 Expected<Plan> plan(const AttentionProblem& p, const PlanOptions& opt = {});
-Status run(const Plan& plan, const AttentionTensors& t, void* workspace);
+// For a CUDA plan: t's pointers (kv_lens included: lengths are read on the device, so one captured
+// graph serves every length up to problem.kv_capacity) and the workspace are device memory, and
+// `stream` is a cudaStream_t. Legal under stream capture: no allocation, no synchronization.
+Status run(const Plan& plan, const AttentionTensors& t, void* workspace, void* stream = nullptr);
 
-// Host convenience: plan, allocate the workspace on the host, run. For CPU kernels.
+// Host convenience: plan, allocate the workspace on the host, run. Host buffers, so CPU kernels
+// only: an unset opt.select.backend means cpu; asking for cuda is an error.
 Status attention(const AttentionProblem& p, const AttentionTensors& t, const PlanOptions& opt = {});
 
 }  // namespace kvflash

@@ -175,13 +175,17 @@ Expected<Plan> plan(const AttentionProblem& p, const PlanOptions& opt) {
   return pl;
 }
 
-Status run(const Plan& plan, const AttentionTensors& t, void* workspace) {
+Status run(const Plan& plan, const AttentionTensors& t, void* workspace, void* stream) {
   if (plan.kernel == nullptr) return invalid_argument("plan.kernel is null: call plan() first");
-  return plan.kernel->run(plan, t, workspace);
+  return plan.kernel->run(plan, t, workspace, stream);
 }
 
 Status attention(const AttentionProblem& p, const AttentionTensors& t, const PlanOptions& opt) {
-  Expected<Plan> pl = plan(p, opt);
+  // Host buffers: only CPU kernels read them, so an unspecified backend means the CPU one (a
+  // machine with a GPU must not route host pointers to a device kernel).
+  PlanOptions host = opt;
+  if (!host.select.backend) host.select.backend = Backend::cpu;
+  Expected<Plan> pl = plan(p, host);
   if (!pl) return pl.error();
   if (pl->kernel->backend != Backend::cpu)
     return unsupported(fmt::format(

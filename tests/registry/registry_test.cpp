@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <set>
 
+#include "kvflash/device.hpp"
+
 namespace kvflash {
 namespace {
 
@@ -176,6 +178,21 @@ TEST(Registry, BackendWithoutKernelsSaysSo) {
   auto k = select_kernel(small(), {.backend = Backend::cuda, .read_environment = false});
   ASSERT_FALSE(k.ok());
   EXPECT_THAT(k.error().message, HasSubstr("no cuda kernels"));
+}
+
+TEST(Registry, CudaKernelsWithoutADeviceSayWhy) {
+  bool has_cuda = false;
+  for (const KernelCandidate& c : kernel_candidates()) has_cuda |= c.backend == Backend::cuda;
+  if (!has_cuda) GTEST_SKIP() << "this build has no CUDA kernels";
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present";
+  auto k = select_kernel(small(), {.backend = Backend::cuda, .read_environment = false});
+  ASSERT_FALSE(k.ok());
+  EXPECT_THAT(k.error().message, HasSubstr("cuda.decode"));
+  EXPECT_THAT(k.error().message, HasSubstr("no CUDA device is visible"));
+  // Without a backend named, the CPU serves the same problem.
+  auto any = select_kernel(small(), {.read_environment = false});
+  ASSERT_TRUE(any.ok());
+  EXPECT_EQ((*any)->backend, Backend::cpu);
 }
 
 class RegistryEnv : public ::testing::Test {

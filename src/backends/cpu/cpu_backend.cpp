@@ -228,7 +228,7 @@ KernelCandidate make_candidate(std::string name, int priority, KernelFn fn, bool
 #endif
   if (decode_only) c.guards.push_back({"decode_q_tokens", reject_prefill_sized});
   c.make_plan = plan_cpu;
-  c.run = [fn](const Plan& plan, const AttentionTensors& t, void* ws) {
+  c.run = [fn](const Plan& plan, const AttentionTensors& t, void* ws, void*) {
     return run_cpu(plan, t, ws, fn);
   };
   return c;
@@ -255,7 +255,7 @@ void register_kernels(std::vector<KernelCandidate>& out) {
     plan.n_splits = 1;
     plan.workspace_bytes = 0;
   };
-  ref.run = [](const Plan& plan, const AttentionTensors& t, void*) {
+  ref.run = [](const Plan& plan, const AttentionTensors& t, void*, void*) {
     return reference_attention(plan.problem, t);
   };
   out.push_back(std::move(ref));

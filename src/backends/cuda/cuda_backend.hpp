@@ -1,21 +1,56 @@
 // CUDA backend entry points (host side). Built only when nvcc is found (KVFLASH_HAS_CUDA).
 #pragma once
 
+#include <cstddef>
+#include <functional>
 #include <optional>
 #include <vector>
 
 #include "kvflash/registry.hpp"
+#include "kvflash/status.hpp"
 
 namespace kvflash::cuda {
 
-// Appends the CUDA candidates. The skeleton registers none yet; the decode family (issue 4)
-// and prefill family add theirs here.
+// Appends the CUDA candidates of every family.
 void register_kernels(std::vector<KernelCandidate>& out);
+
+namespace decode {
+// The decode family (1..8 query tokens): "cuda.decode".
+void register_decode(std::vector<KernelCandidate>& out);
+}  // namespace decode
 
 // Number of CUDA devices visible, 0 when the driver or a device is missing (never an error).
 int device_count();
 
 // Streaming-read bandwidth of device 0 in GB/s (see kvflash/device.hpp); nullopt on failure.
 std::optional<double> read_bandwidth_gbps();
+
+// The services behind kvflash::gpu (kvflash/device.hpp), on raw handles so that this header stays
+// free of the CUDA headers (device_services.cu). Every CUDA call is checked: a failure comes back
+// as a Status naming the call and the CUDA error (out_of_memory for cudaErrorMemoryAllocation,
+// backend_error otherwise), and the runtime's last-error slot is cleared so that the same failure
+// is not reported a second time by last_error().
+Status malloc_device(void** ptr, size_t bytes);
+void free_device(void* ptr);              // nullptr: nothing
+Status create_stream(void** stream);      // cudaStreamNonBlocking
+void destroy_stream(void* stream);        // nullptr: nothing
+Status synchronize_stream(void* stream);  // nullptr: the legacy default stream
+// cudaMemcpyAsync(cudaMemcpyDefault) / cudaMemsetAsync on `stream`; with a null stream they are
+// also waited for before returning.
+Status copy(void* dst, const void* src, size_t bytes, void* stream);
+Status fill(void* dst, int byte_value, size_t bytes, void* stream);
+Expected<double> time_ms(void* stream, const std::function<Status()>& enqueue);
+
+struct GraphHandles {
+  void* graph = nullptr;  // cudaGraph_t
+  void* exec = nullptr;   // cudaGraphExec_t
+  size_t kernel_nodes = 0;
+};
+// Captures what `enqueue` puts on `stream` (cudaStreamCaptureModeGlobal), always ending the
+// capture, then instantiates the graph and counts its kernel nodes.
+Expected<GraphHandles> capture_graph(void* stream, const std::function<Status()>& enqueue);
+Status launch_graph(void* exec, void* stream);
+void destroy_graph(void* graph, void* exec);  // either may be nullptr
+Status last_error();
 
 }  // namespace kvflash::cuda

@@ -1,0 +1,31 @@
+// The CUDA decode family's device side on the host: the table of kernel instances (defined in
+// the generated instances/ files) and the merge kernel's launchers. Planning, checks and the
+// candidate live in decode_host.cpp (plain C++).
+#include <cuda_runtime.h>
+
+#include "backends/cuda/decode/decode_kernel.cuh"
+
+namespace kvflash::cuda::decode {
+
+#include "backends/cuda/decode/instances/decode_table.inc"
+
+const DecodeInstance& decode_instance(KvType k, KvType v) {
+  return kDecodeInstances[static_cast<int>(k)][static_cast<int>(v)];
+}
+
+namespace {
+template <KvType VT>
+void launch_merge(const DecodeParams& p, dim3 grid, size_t smem, cudaStream_t stream) {
+  decode_merge_kernel<VT><<<grid, kThreads, smem, stream>>>(p);
+}
+constexpr MergeLaunch kMerge[8] = {launch_merge<KvType::f32>,    launch_merge<KvType::f16>,
+                                   launch_merge<KvType::bf16>,   launch_merge<KvType::q8_0>,
+                                   launch_merge<KvType::q4_0>,   launch_merge<KvType::turbo2>,
+                                   launch_merge<KvType::turbo3>, launch_merge<KvType::turbo4>};
+}  // namespace
+
+MergeLaunch merge_launch(KvType v) {
+  return kMerge[static_cast<int>(v)];
+}
+
+}  // namespace kvflash::cuda::decode

@@ -1,0 +1,207 @@
+// The CUDA decode family on the host: candidate registration, plan (layout, split count,
+// workspace), and run (parameters, two launches at most, nothing allocated, nothing synchronized).
+// Plain C++: the kernels are reached through decode_instance() and merge_launch() (decode.cu).
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "backends/cuda/cuda_backend.hpp"
+#include "backends/cuda/decode/decode_instances.hpp"
+#include "backends/cuda/decode/decode_plan.hpp"
+
+namespace kvflash::cuda::decode {
+
+namespace {
+
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return 0;
+    return v;
+  }();
+  return n;
+}
+
+size_t max_smem_optin() {
+  static const size_t n = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return size_t{0};
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+      return size_t{0};
+    return static_cast<size_t>(v);
+  }();
+  return n;
+}
+
+Status cuda_error(cudaError_t e, const char* what) {
+  return Error{ErrorCode::internal, fmt::format("{}: {}", what, cudaGetErrorString(e))};
+}
+
+std::optional<std::string> reject_no_device(const AttentionProblem&) {
+  if (device_count() > 0) return std::nullopt;
+  return std::string("no CUDA device is visible");
+}
+
+std::optional<std::string> reject_q_tokens(const AttentionProblem& p) {
+  if (p.n_q_tokens <= kMaxDecodeQTokens) return std::nullopt;
+  return fmt::format("n_q_tokens = {} is above {} (decode and speculative steps only)",
+                     p.n_q_tokens, kMaxDecodeQTokens);
+}
+
+std::optional<std::string> reject_grid(const AttentionProblem& p) {
+  if (p.n_seqs > 65535)
+    return fmt::format("n_seqs = {} is above 65535 (one grid dimension)", p.n_seqs);
+  return std::nullopt;
+}
+
+std::optional<std::string> reject_smem(const AttentionProblem& p) {
+  const DecodeLayout l = decode_layout(p);
+  const size_t cap = max_smem_optin();
+  if (cap == 0 || l.smem_total <= cap) return std::nullopt;
+  return fmt::format("needs {} bytes of shared memory per CTA, the device offers {}", l.smem_total,
+                     cap);
+}
+
+void plan_decode(Plan& plan) {
+  const AttentionProblem& p = plan.problem;
+  const DecodeLayout l = decode_layout(p);
+  int ctas = 1;
+  if (decode_instance(p.k_type, p.v_type).prepare(l.smem_total, &ctas) != cudaSuccess || ctas < 1)
+    ctas = 1;
+  plan.n_threads = 1;
+  plan.n_splits = decode_splits(p, l, sm_count(), ctas);
+  plan.workspace_bytes = decode_workspace_bytes(p, l, plan.n_splits);
+}
+
+// The tile copy unit for a tensor: 16 or 8 bytes when every row start is so aligned, else 4
+// (then the rows need only be 2-byte aligned and the data pointer 4-byte aligned).
+Expected<int32_t> copy_unit(const char* which, const KvTensor& kv, KvType type, int32_t row_bytes) {
+  const auto addr = reinterpret_cast<uintptr_t>(kv.data);
+  const auto aligned = [&](int64_t a) {
+    return addr % a == 0 && kv.stride_token % a == 0 && kv.stride_head % a == 0 &&
+           kv.stride_seq % a == 0 && row_bytes % a == 0;
+  };
+  if (aligned(16)) return 16;
+  const bool is_float = traits(type).block_values == 1;
+  if (is_float)
+    return Error{ErrorCode::unsupported,
+                 fmt::format("cuda.decode reads {} rows of type {} with 16-byte copies: the data "
+                             "pointer and every stride must be multiples of 16 bytes",
+                             which, to_string(type))};
+  if (aligned(8)) return 8;
+  if (addr % 4 == 0 && kv.stride_token % 2 == 0 && kv.stride_head % 2 == 0 &&
+      kv.stride_seq % 2 == 0)
+    return 4;
+  return Error{ErrorCode::unsupported,
+               fmt::format("cuda.decode needs tensors.{}.data 4-byte aligned and its strides even "
+                           "(data {:#x}, strides {}/{}/{})",
+                           which, addr, kv.stride_token, kv.stride_head, kv.stride_seq)};
+}
+
+Status run_decode(const Plan& plan, const AttentionTensors& t, void* workspace, void* stream_ptr) {
+  const AttentionProblem& p = plan.problem;
+  if (t.kv_lens == nullptr)
+    return invalid_argument(
+        "cuda.decode reads the lengths on the device: tensors.kv_lens must be "
+        "a device array of n_seqs int64 values");
+  if (plan.n_splits > 1 && workspace == nullptr)
+    return invalid_argument(
+        fmt::format("cuda.decode needs a {} byte device workspace (plan.workspace_bytes)",
+                    plan.workspace_bytes));
+  const DecodeLayout l = decode_layout(p);
+  Expected<int32_t> ku = copy_unit("k", t.k, p.k_type, l.k_row_bytes);
+  if (!ku) return ku.error();
+  Expected<int32_t> vu = copy_unit("v", t.v, p.v_type, l.v_row_bytes);
+  if (!vu) return vu.error();
+
+  DecodeParams d{};
+  d.q = t.q;
+  d.k = static_cast<const uint8_t*>(t.k.data);
+  d.v = static_cast<const uint8_t*>(t.v.data);
+  d.kv_lens = t.kv_lens;
+  d.mask = t.mask;
+  d.sinks = t.sinks;
+  d.alibi = t.alibi_slopes;
+  d.out = t.out;
+  d.lse = t.lse;
+  d.part = static_cast<float*>(workspace);
+  d.k_st = t.k.stride_token;
+  d.k_sh = t.k.stride_head;
+  d.k_ss = t.k.stride_seq;
+  d.v_st = t.v.stride_token;
+  d.v_sh = t.v.stride_head;
+  d.v_ss = t.v.stride_seq;
+  d.mask_stride = t.mask_stride;
+  d.window = p.window;
+  d.scale = p.effective_scale();
+  d.softcap = p.softcap;
+  d.n_seqs = p.n_seqs;
+  d.n_q_tokens = p.n_q_tokens;
+  d.n_q_heads = p.n_q_heads;
+  d.n_kv_heads = p.n_kv_heads;
+  d.group = p.group();
+  d.rows = p.rows_per_kv_head();
+  d.dk = p.head_dim.k;
+  d.dv = p.head_dim.v;
+  d.dkc = l.dkc;
+  d.dvc = l.dvc;
+  d.k_row_bytes = l.k_row_bytes;
+  d.v_row_bytes = l.v_row_bytes;
+  d.k_unit = *ku;
+  d.v_unit = *vu;
+  d.sk_stride = l.sk_stride;
+  d.sv_stride = l.sv_stride;
+  d.bk = l.bk;
+  d.row_block = l.row_block;
+  d.n_row_blocks = l.n_row_blocks;
+  d.n_mtiles = l.n_mtiles;
+  d.n_dslices = l.n_dslices;
+  d.n_kgroups = l.n_kgroups;
+  d.slice_w = l.slice_w;
+  d.n_splits = plan.n_splits;
+  d.smem_q_bytes = l.smem_q_bytes;
+  d.smem_kv_bytes = l.smem_kv_bytes;
+  d.causal = p.causal;
+  d.has_mask = p.has_mask;
+  d.has_sinks = p.has_sinks;
+  d.has_alibi = p.has_alibi;
+
+  auto stream = static_cast<cudaStream_t>(stream_ptr);
+  const dim3 grid(static_cast<unsigned>(p.n_kv_heads * l.n_row_blocks),
+                  static_cast<unsigned>(plan.n_splits), static_cast<unsigned>(p.n_seqs));
+  decode_instance(p.k_type, p.v_type).launch(d, grid, l.smem_total, stream);
+  if (cudaError_t e = cudaPeekAtLastError(); e != cudaSuccess)
+    return cuda_error(e, "cuda.decode launch");
+  if (plan.n_splits > 1) {
+    const int64_t rows = int64_t{p.n_seqs} * p.n_kv_heads * d.rows;
+    const dim3 mgrid(static_cast<unsigned>((rows + kWarps - 1) / kWarps));
+    merge_launch(p.v_type)(d, mgrid, size_t{kWarps} * l.dvc * sizeof(float), stream);
+    if (cudaError_t e = cudaPeekAtLastError(); e != cudaSuccess)
+      return cuda_error(e, "cuda.decode merge launch");
+  }
+  return {};
+}
+
+}  // namespace
+
+void register_decode(std::vector<KernelCandidate>& out) {
+  KernelCandidate c;
+  c.name = "cuda.decode";
+  c.backend = Backend::cuda;
+  c.priority = 300;
+  c.opt_in_only = false;
+  c.guards = {{"cuda_device", reject_no_device},
+              {"decode_q_tokens", reject_q_tokens},
+              {"grid", reject_grid},
+              {"shared_memory", reject_smem}};
+  c.make_plan = plan_decode;
+  c.run = run_decode;
+  out.push_back(std::move(c));
+}
+
+}  // namespace kvflash::cuda::decode

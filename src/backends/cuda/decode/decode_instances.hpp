@@ -1,0 +1,30 @@
+// The decode kernel instances: one per (K type, V type), defined in the generated files
+// instances/decode_k_<type>.cu (generator: gen_instances.py beside this file).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "backends/cuda/decode/decode_params.hpp"
+#include "kvflash/formats.hpp"
+
+namespace kvflash::cuda::decode {
+
+struct DecodeInstance {
+  // Raises the kernel's dynamic shared-memory limit and reports CTAs per SM at that size.
+  cudaError_t (*prepare)(size_t smem, int* ctas_per_sm);
+  void (*launch)(const DecodeParams& p, dim3 grid, size_t smem, cudaStream_t stream);
+};
+
+// The instance for a type pair (every pair of kAllKvTypes has one).
+const DecodeInstance& decode_instance(KvType k, KvType v);
+
+// The launcher of the split merge (and finalize) kernel for V type v.
+using MergeLaunch = void (*)(const DecodeParams& p, dim3 grid, size_t smem, cudaStream_t stream);
+MergeLaunch merge_launch(KvType v);
+
+template <KvType KT, KvType VT>
+cudaError_t prepare_decode(size_t smem, int* ctas_per_sm);
+template <KvType KT, KvType VT>
+void launch_decode(const DecodeParams& p, dim3 grid, size_t smem, cudaStream_t stream);
+
+}  // namespace kvflash::cuda::decode

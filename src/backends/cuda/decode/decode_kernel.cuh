@@ -1,0 +1,652 @@
+// The CUDA decode kernel: one CTA per (KV split, KV head and query-row block, sequence).
+//
+// Each CTA streams its contiguous range of keys through shared memory in tiles of raw (still
+// quantized) K and V rows, copied with cp.async two stages deep, so every KV byte is read from
+// device memory once per KV head: all query heads of the GQA group and all query tokens share
+// the tile. Tensor cores do both products (mma.m16n8k16, f32 accumulation): the query rows
+// (token x head of the group) are the M dimension, 16 keys the N dimension of Q.K^T, and the
+// scores, kept in registers, become the A operand of P.V. K and V are decoded from shared
+// memory straight into fragment registers (decode_formats.hpp); turbo types are read in the
+// rotated domain (Q rotated in the prologue; the output is rotated back when finalized).
+//
+// Warps: 4 per CTA, each owning one 16-row M tile, one slice of <= 128 V dims, and one of
+// n_kgroups interleaved subsets of each tile's 16-key steps; warps of different key subsets are
+// merged through shared memory at the end. A CTA either finalizes its rows (one split) or writes
+// its partial state {o, m, l} to the workspace for decode_merge_kernel.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <array>
+#include <cstdint>
+
+#include "backends/cuda/decode/decode_formats.hpp"
+#include "backends/cuda/decode/decode_instances.hpp"
+#include "backends/cuda/decode/decode_params.hpp"
+#include "kvflash/turbo.hpp"
+
+namespace kvflash::cuda::decode {
+
+inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr float kNegInf = -__builtin_huge_valf();
+
+// ---------------------------------------------------------------------------------------------
+// Small device helpers
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// cp.async of `size` (4, 8 or 16) bytes, `src_bytes` of them read (the rest zero-filled).
+template <int kSize>
+__device__ __forceinline__ void cp_async(void* dst, const void* src, int src_bytes) {
+  if constexpr (kSize == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(src_bytes));
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "n"(kSize), "r"(src_bytes));
+  }
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+template <bool kBf16>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (kBf16) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+// D += A.B for one m16n8k16 tile, f32 accumulation.
+template <bool kBf16>
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint4& a, uint32_t b0, uint32_t b1) {
+  if constexpr (kBf16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+  }
+}
+
+// In-place inverse turbo rotation R^T y = s . (H y) / sqrt(128) of one 128-value group held in
+// shared memory, by one warp (4 values per lane per butterfly stage).
+__device__ __forceinline__ void inverse_rotate_group(float* x, int lane,
+                                                     const uint32_t* sign_words) {
+#pragma unroll
+  for (int h = 1; h < 128; h <<= 1) {
+    __syncwarp();
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int p = lane + 32 * k;  // pair index 0..63
+      const int i = (p / h) * 2 * h + (p % h);
+      const float a = x[i], b = x[i + h];
+      x[i] = a + b;
+      x[i + h] = a - b;
+    }
+  }
+  __syncwarp();
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int i = lane + 32 * k;
+    const bool neg = (sign_words[i >> 5] >> (i & 31)) & 1u;
+    x[i] *= neg ? -kTurboInvSqrt128 : kTurboInvSqrt128;
+  }
+  __syncwarp();
+}
+
+__device__ __forceinline__ void forward_rotate_group(float* x, int lane,
+                                                     const uint32_t* sign_words) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int i = lane + 32 * k;
+    const bool neg = (sign_words[i >> 5] >> (i & 31)) & 1u;
+    if (neg) x[i] = -x[i];
+  }
+#pragma unroll
+  for (int h = 1; h < 128; h <<= 1) {
+    __syncwarp();
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int p = lane + 32 * k;
+      const int i = (p / h) * 2 * h + (p % h);
+      const float a = x[i], b = x[i + h];
+      x[i] = a + b;
+      x[i + h] = a - b;
+    }
+  }
+  __syncwarp();
+#pragma unroll
+  for (int k = 0; k < 4; ++k) x[lane + 32 * k] *= kTurboInvSqrt128;
+  __syncwarp();
+}
+
+template <KvType T>
+__device__ __forceinline__ float centroid(int i) {
+  // Local constexpr copies: host constants are not visible in device code, their values are.
+  if constexpr (T == KvType::turbo2) {
+    constexpr std::array<float, 4> c = kTurbo2Centroids;
+    return c[i & 3];
+  } else if constexpr (T == KvType::turbo3) {
+    constexpr std::array<float, 8> c = kTurbo3Centroids;
+    return c[i & 7];
+  } else if constexpr (T == KvType::turbo4) {
+    constexpr std::array<float, 16> c = kTurbo4Centroids;
+    return c[i & 15];
+  } else {
+    return 0.0f;
+  }
+}
+
+__device__ __forceinline__ uint32_t sign_word(int i) {
+  constexpr uint32_t w[4] = {turbo_tables::kTurboSignWords[0], turbo_tables::kTurboSignWords[1],
+                             turbo_tables::kTurboSignWords[2], turbo_tables::kTurboSignWords[3]};
+  return w[i & 3];
+}
+
+// Finalizes one row (sinks, lse), in shared memory o[0..dvc), rotated back for turbo V by the
+// calling warp, and writes dv outputs. All 32 lanes of the warp call it.
+template <KvType VT>
+__device__ void finalize_row(const DecodeParams& p, float* o, float m, float l, int64_t out_row,
+                             int qhead, int lane, const uint32_t* sign_words) {
+  if constexpr (is_rotated(VT)) {
+    for (int g = 0; g < p.dvc; g += 128) inverse_rotate_group(o + g, lane, sign_words);
+  }
+  float w = 1.0f;
+  if (p.has_sinks) {
+    const float sink = p.sinks[qhead];
+    const float mm = fmaxf(m, sink);
+    w = m == kNegInf ? 0.0f : exp2f((m - mm) * kLog2e);
+    l = l * w + exp2f((sink - mm) * kLog2e);
+    m = mm;
+  }
+  const float inv = l == 0.0f ? 0.0f : w / l;
+  float* out = p.out + out_row * p.dv;
+  for (int d = lane; d < p.dv; d += 32) out[d] = o[d] * inv;
+  if (p.lse != nullptr && lane == 0) p.lse[out_row] = l == 0.0f ? kNegInf : m + logf(l);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The kernel
+
+template <KvType KT, KvType VT>
+__global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) {
+  constexpr bool kBfK = KT == KvType::bf16;  // Q.K^T in bf16 only for bf16 K, else f16
+  constexpr bool kBfV = VT == KvType::bf16;
+
+  extern __shared__ __align__(16) uint8_t smem[];
+  __shared__ float lut_k[16], lut_v[16];
+  __shared__ uint32_t sign_words[4];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int kvh = blockIdx.x / p.n_row_blocks, rb = blockIdx.x % p.n_row_blocks;
+  const int split = blockIdx.y;
+  const int seq = blockIdx.z;
+
+  const int64_t len = p.kv_lens[seq];
+  const int row0 = rb * p.row_block;
+  const int rows_here = min(p.row_block, p.rows - row0);
+
+  // Keys any row can see: all before len (the last query sits at len - 1), and with a window
+  // none before the first query's window.
+  int64_t lo = 0, hi = len;
+  if (p.window > 0) lo = max(int64_t{0}, len - p.n_q_tokens - p.window + 1);
+  if (hi < lo) hi = lo;
+  int64_t chunk = (hi - lo + p.n_splits - 1) / p.n_splits;
+  chunk = (chunk + 15) / 16 * 16;
+  const int64_t k_lo = min(hi, lo + split * chunk);
+  const int64_t k_hi = min(hi, k_lo + chunk);
+
+  // Shared memory: [Q fragments][stage 0: K tile, V tile][stage 1: ...]
+  uint4* q_frag = reinterpret_cast<uint4*>(smem);
+  uint8_t* stage_base = smem + p.smem_q_bytes;
+  const int k_tile_bytes = p.bk * p.sk_stride;
+
+  if (tid < 16) {
+    lut_k[tid] = centroid<KT>(tid);
+    lut_v[tid] = centroid<VT>(tid);
+  }
+  if (tid < 4) sign_words[tid] = sign_word(tid);
+  __syncthreads();
+
+  // ---- Prologue: Q rows, scaled (and rotated for turbo K), staged as f32 in the stage area,
+  // then packed into fragments in the key order k_dim() of K's type.
+  {
+    float* qs = reinterpret_cast<float*>(stage_base);  // row_block x dkc floats (fits a stage)
+    for (int i = tid; i < p.row_block * p.dkc; i += kThreads) {
+      const int r = i / p.dkc, d = i % p.dkc;
+      float x = 0.0f;
+      if (r < rows_here && d < p.dk) {
+        const int rr = row0 + r, tok = rr / p.group, qh = kvh * p.group + rr % p.group;
+        x = p.q[((int64_t{seq} * p.n_q_tokens + tok) * p.n_q_heads + qh) * p.dk + d] * p.scale;
+      }
+      qs[i] = x;
+    }
+    __syncthreads();
+    if constexpr (is_rotated(KT)) {
+      const int groups = p.row_block * (p.dkc / 128);
+      for (int gi = warp; gi < groups; gi += kWarps)
+        forward_rotate_group(qs + gi * 128, lane, sign_words);
+      __syncthreads();
+    }
+    const int chunks = p.dkc / 16;
+    for (int i = tid; i < p.n_mtiles * chunks * 32; i += kThreads) {
+      const int ln = i & 31, c = (i >> 5) % chunks, mt = (i >> 5) / chunks;
+      const int gg = ln >> 2, tt = ln & 3;
+      uint32_t regs[4];
+#pragma unroll
+      for (int reg = 0; reg < 4; ++reg) {
+        const int r = mt * 16 + gg + ((reg & 1) ? 8 : 0);
+        const int kslot = 2 * tt + ((reg & 2) ? 8 : 0);
+        float v2[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int ks = kslot + h;
+          const int j = 4 * (c & 1) + 2 * (ks >> 3) + (ks & 1);
+          const int d = k_dim(KT, c >> 1, (ks & 7) >> 1, j);
+          v2[h] = qs[r * p.dkc + d];
+        }
+        regs[reg] = pack2<kBfK>(v2[0], v2[1]);
+      }
+      q_frag[i] = make_uint4(regs[0], regs[1], regs[2], regs[3]);
+    }
+    __syncthreads();
+    // Zero both stages: bytes past each row's end (padding dims) must read as zero, and the
+    // tile copies never write them.
+    for (int i = tid * 16; i < kStages * p.smem_kv_bytes; i += kThreads * 16)
+      *reinterpret_cast<uint4*>(stage_base + i) = make_uint4(0, 0, 0, 0);
+    __syncthreads();
+  }
+
+  // ---- Warp roles
+  const int kg = warp % p.n_kgroups;
+  const int item = warp / p.n_kgroups;
+  const bool active = item < p.n_mtiles * p.n_dslices;
+  const int mt = item % p.n_mtiles, ds = item / p.n_mtiles;
+  const int nt = p.slice_w / 8;  // dims per thread per key in P.V (<= 16)
+  const int dv0 = ds * p.slice_w + g * nt;
+
+  // Per-row facts for this thread's two rows (g and g + 8 of its M tile).
+  int64_t pos[2];
+  int tok_row[2], qh_row[2];
+  float slope[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = min(row0 + mt * 16 + g + 8 * h, p.rows - 1);
+    tok_row[h] = r / p.group;
+    qh_row[h] = kvh * p.group + r % p.group;
+    pos[h] = len - p.n_q_tokens + tok_row[h];
+    slope[h] = p.has_alibi ? p.alibi[qh_row[h]] : 0.0f;
+  }
+
+  float o[16][4];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m_run[2] = {kNegInf, kNegInf}, l_run[2] = {0.0f, 0.0f};
+
+  const uint8_t* k_base = p.k + seq * p.k_ss + kvh * p.k_sh;
+  const uint8_t* v_base = p.v + seq * p.v_ss + kvh * p.v_sh;
+
+  // Copies tile `ti` (keys k_lo + ti * bk ...) into stage `st`. Rows past k_hi are zero-filled.
+  auto issue_tile = [&](int64_t key0, int st) {
+    uint8_t* ks = stage_base + st * p.smem_kv_bytes;
+    uint8_t* vs = ks + k_tile_bytes;
+#pragma unroll
+    for (int which = 0; which < 2; ++which) {
+      const uint8_t* base = which == 0 ? k_base : v_base;
+      const int64_t stride = which == 0 ? p.k_st : p.v_st;
+      const int row_bytes = which == 0 ? p.k_row_bytes : p.v_row_bytes;
+      const int unit = which == 0 ? p.k_unit : p.v_unit;
+      const int sstride = which == 0 ? p.sk_stride : p.sv_stride;
+      uint8_t* dst0 = which == 0 ? ks : vs;
+      if (unit == 16) {
+        const int per_row = row_bytes / 16;
+        for (int i = tid; i < p.bk * per_row; i += kThreads) {
+          const int r = i / per_row, u = i % per_row;
+          const int64_t key = key0 + r;
+          const bool ok = key < k_hi;
+          const uint8_t* src = base + (ok ? key : k_lo) * stride + 16 * u;
+          cp_async<16>(dst0 + r * sstride + 16 * u, src, ok ? 16 : 0);
+        }
+      } else if (unit == 8) {
+        const int per_row = row_bytes / 8;
+        for (int i = tid; i < p.bk * per_row; i += kThreads) {
+          const int r = i / per_row, u = i % per_row;
+          const int64_t key = key0 + r;
+          const bool ok = key < k_hi;
+          const uint8_t* src = base + (ok ? key : k_lo) * stride + 8 * u;
+          cp_async<8>(dst0 + r * sstride + 8 * u, src, ok ? 8 : 0);
+        }
+      } else {
+        // 4-byte words from the row start rounded down to 4; the row's data then begins at
+        // byte (address & 3) of its slot. A partial last word reads only the row's bytes.
+        const int per_row = (row_bytes + 2 + 3) / 4;
+        for (int i = tid; i < p.bk * per_row; i += kThreads) {
+          const int r = i / per_row, u = i % per_row;
+          const int64_t key = key0 + r;
+          const uint8_t* row = base + (key < k_hi ? key : k_lo) * stride;
+          const uint8_t* a0 =
+              reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(row) & ~uintptr_t{3});
+          const uint8_t* src = a0 + 4 * u;
+          const int64_t left = (row + row_bytes) - src;
+          const int n = key < k_hi ? static_cast<int>(left < 0 ? 0 : (left > 4 ? 4 : left)) : 0;
+          cp_async<4>(dst0 + r * sstride + 4 * u, n > 0 ? src : a0, n);
+        }
+      }
+    }
+  };
+  // Byte offset of a row's data inside its slot (nonzero only for the 4-byte copy).
+  auto row_offset = [&](const uint8_t* base, int64_t stride, int unit, int64_t key) -> int {
+    if (unit != 4) return 0;
+    return static_cast<int>(reinterpret_cast<uintptr_t>(base + key * stride) & 3);
+  };
+
+  const int64_t n_keys = k_hi - k_lo;
+  const int n_tiles = static_cast<int>((n_keys + p.bk - 1) / p.bk);
+  const int steps = p.bk / 16;
+
+  if (n_tiles > 0) issue_tile(k_lo, 0);
+  cp_async_commit();
+
+  for (int ti = 0; ti < n_tiles; ++ti) {
+    if (ti + 1 < n_tiles) issue_tile(k_lo + int64_t{ti + 1} * p.bk, (ti + 1) & 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+
+    const uint8_t* ks = stage_base + (ti & 1) * p.smem_kv_bytes;
+    const uint8_t* vs = ks + k_tile_bytes;
+    const int64_t tile_key0 = k_lo + int64_t{ti} * p.bk;
+
+    if (active) {
+      for (int s = kg; s < steps; s += p.n_kgroups) {
+        const int64_t j0 = tile_key0 + 16 * s;
+        if (j0 >= k_hi) break;
+
+        // S = Q.K^T for 16 keys: n-tile n holds keys j0 + 8n + (0..7); this thread loads key
+        // row 8n + g and holds scores of keys 8n + 2t, 8n + 2t + 1 for rows g, g + 8.
+        float sc[2][4];
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+          sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+          const int r = 16 * s + 8 * n + g;
+          const uint8_t* krow =
+              ks + r * p.sk_stride + row_offset(k_base, p.k_st, p.k_unit, j0 + 8 * n + g);
+          const uint4* qf = q_frag + (mt * (p.dkc / 16)) * 32 + lane;
+          for (int b = 0; b < p.dkc / 32; ++b) {
+            const uint4 a0 = qf[(2 * b) * 32], a1 = qf[(2 * b + 1) * 32];
+            if constexpr (KT == KvType::f16 || KT == KvType::bf16) {
+              // Stored as the fragment wants it: one 16-byte load is both chunks' B operands.
+              const uint4 w = *reinterpret_cast<const uint4*>(krow + 64 * b + 16 * t);
+              mma16816<kBfK>(sc[n], a0, w.x, w.y);
+              mma16816<kBfK>(sc[n], a1, w.z, w.w);
+            } else {
+              float x[8];
+              k_values<KT>(krow, b, t, lut_k, x);
+              mma16816<kBfK>(sc[n], a0, pack2<kBfK>(x[0], x[1]), pack2<kBfK>(x[2], x[3]));
+              mma16816<kBfK>(sc[n], a1, pack2<kBfK>(x[4], x[5]), pack2<kBfK>(x[6], x[7]));
+            }
+          }
+        }
+
+        // Soft cap, ALiBi, mask, visibility; then the online softmax per row.
+        const bool all_visible = !p.has_mask && !p.has_alibi && p.softcap == 0.0f &&
+                                 j0 + 15 < k_hi && (!p.causal || j0 + 15 <= len - p.n_q_tokens) &&
+                                 (p.window == 0 || len - 1 - j0 < p.window);
+        if (!all_visible) {
+#pragma unroll
+          for (int n = 0; n < 2; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int h = e >> 1;
+              const int64_t j = j0 + 8 * n + 2 * t + (e & 1);
+              float x = sc[n][e];
+              if (p.softcap > 0.0f) x = p.softcap * tanhf(x / p.softcap);
+              if (p.has_alibi) x += slope[h] * static_cast<float>(j - pos[h]);
+              if (p.has_mask && j < k_hi)
+                x += p.mask[(int64_t{seq} * p.n_q_tokens + tok_row[h]) * p.mask_stride + j];
+              const bool hidden =
+                  j >= k_hi || (p.causal && j > pos[h]) || (p.window > 0 && pos[h] - j >= p.window);
+              sc[n][e] = hidden ? kNegInf : x;
+            }
+        }
+
+        float alpha[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float mx =
+              fmaxf(fmaxf(sc[0][2 * h], sc[0][2 * h + 1]), fmaxf(sc[1][2 * h], sc[1][2 * h + 1]));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float m_new = fmaxf(m_run[h], mx);
+          const float ref = m_new == kNegInf ? 0.0f : m_new;
+          alpha[h] = exp2f((m_run[h] - ref) * kLog2e);  // m_run = -inf gives 0
+          m_run[h] = m_new;
+          float sum = 0.0f;
+#pragma unroll
+          for (int n = 0; n < 2; ++n)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const float pe = exp2f((sc[n][2 * h + e] - ref) * kLog2e);
+              sc[n][2 * h + e] = pe;
+              sum += pe;
+            }
+          l_run[h] = l_run[h] * alpha[h] + sum;
+        }
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          o[i][0] *= alpha[0];
+          o[i][1] *= alpha[0];
+          o[i][2] *= alpha[1];
+          o[i][3] *= alpha[1];
+        }
+
+        // O += P.V: P (rows x 16 keys) is the A operand straight from the score registers; the
+        // B operand of dim tile i holds V[key][dv0 + i] for keys 2t, 2t+1 (b0) and 2t+8, 2t+9 (b1).
+        uint4 pa;
+        pa.x = pack2<kBfV>(sc[0][0], sc[0][1]);
+        pa.y = pack2<kBfV>(sc[0][2], sc[0][3]);
+        pa.z = pack2<kBfV>(sc[1][0], sc[1][1]);
+        pa.w = pack2<kBfV>(sc[1][2], sc[1][3]);
+        const uint8_t* vrow[4];
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          const int key = 2 * t + (kk & 1) + 8 * (kk >> 1);
+          vrow[kk] =
+              vs + (16 * s + key) * p.sv_stride + row_offset(v_base, p.v_st, p.v_unit, j0 + key);
+        }
+        bool done = false;
+        if constexpr (VT == KvType::f16 || VT == KvType::bf16) {
+          if (nt == 16) {
+            // 16 contiguous 16-bit values per key: two 16-byte loads per key, then pairs of keys
+            // interleaved with byte permutes (no conversion: the MMA takes these bits).
+            uint32_t w[4][8];
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+              const uint4 lo = *reinterpret_cast<const uint4*>(vrow[kk] + 2 * dv0);
+              const uint4 hi = *reinterpret_cast<const uint4*>(vrow[kk] + 2 * dv0 + 16);
+              w[kk][0] = lo.x, w[kk][1] = lo.y, w[kk][2] = lo.z, w[kk][3] = lo.w;
+              w[kk][4] = hi.x, w[kk][5] = hi.y, w[kk][6] = hi.z, w[kk][7] = hi.w;
+            }
+#pragma unroll
+            for (int i = 0; i < 16; ++i) {
+              const uint32_t sel = (i & 1) ? 0x7632u : 0x5410u;  // high or low halves of both
+              const uint32_t b0 = __byte_perm(w[0][i >> 1], w[1][i >> 1], sel);
+              const uint32_t b1 = __byte_perm(w[2][i >> 1], w[3][i >> 1], sel);
+              mma16816<kBfV>(o[i], pa, b0, b1);
+            }
+            done = true;
+          }
+        }
+        if (!done) {
+#pragma unroll
+          for (int i = 0; i < 16; ++i) {
+            if (i < nt) {
+              const int d = dv0 + i;
+              const uint32_t b0 =
+                  pack2<kBfV>(v_value<VT>(vrow[0], d, lut_v), v_value<VT>(vrow[1], d, lut_v));
+              const uint32_t b1 =
+                  pack2<kBfV>(v_value<VT>(vrow[2], d, lut_v), v_value<VT>(vrow[3], d, lut_v));
+              mma16816<kBfV>(o[i], pa, b0, b1);
+            }
+          }
+        }
+      }
+    }
+    __syncthreads();
+  }
+  cp_async_wait<0>();
+
+  // ---- Epilogue: full row sums, then merge the key groups through shared memory.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+  }
+  // Per key group: o [row_block][dvc] and m, l [row_block]. The stage area holds it.
+  float* red = reinterpret_cast<float*>(stage_base);
+  const int o_elems = p.row_block * p.dvc;
+  float* red_ml = red + p.n_kgroups * o_elems;
+  __syncthreads();
+  if (active) {
+    float* ob = red + kg * o_elems;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      if (i < nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = mt * 16 + g + 8 * (e >> 1);
+          const int d = ds * p.slice_w + (2 * t + (e & 1)) * nt + i;
+          ob[r * p.dvc + d] = o[i][e];
+        }
+      }
+    }
+    if (t == 0 && ds == 0) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = mt * 16 + g + 8 * h;
+        red_ml[(kg * p.row_block + r) * 2] = m_run[h];
+        red_ml[(kg * p.row_block + r) * 2 + 1] = l_run[h];
+      }
+    }
+  }
+  __syncthreads();
+  // Merge key groups into group 0's slot, row by row.
+  for (int i = tid; i < rows_here * p.dvc; i += kThreads) {
+    const int r = i / p.dvc;
+    float mx = kNegInf;
+    for (int k2 = 0; k2 < p.n_kgroups; ++k2) mx = fmaxf(mx, red_ml[(k2 * p.row_block + r) * 2]);
+    const float ref = mx == kNegInf ? 0.0f : mx;
+    float acc = 0.0f;
+    for (int k2 = 0; k2 < p.n_kgroups; ++k2)
+      acc += red[k2 * o_elems + i] * exp2f((red_ml[(k2 * p.row_block + r) * 2] - ref) * kLog2e);
+    red[i] = acc;  // reads of slot 0 at i happen in this same thread before the write
+  }
+  __syncthreads();
+  float* ml_final = red_ml + p.n_kgroups * p.row_block * 2;  // [row_block][2]
+  if (tid < rows_here) {
+    const int r = tid;
+    float mx = kNegInf;
+    for (int k2 = 0; k2 < p.n_kgroups; ++k2) mx = fmaxf(mx, red_ml[(k2 * p.row_block + r) * 2]);
+    const float ref = mx == kNegInf ? 0.0f : mx;
+    float l = 0.0f;
+    for (int k2 = 0; k2 < p.n_kgroups; ++k2)
+      l += red_ml[(k2 * p.row_block + r) * 2 + 1] *
+           exp2f((red_ml[(k2 * p.row_block + r) * 2] - ref) * kLog2e);
+    ml_final[2 * r] = mx;
+    ml_final[2 * r + 1] = l;
+  }
+  __syncthreads();
+
+  if (p.n_splits == 1) {
+    for (int r = warp; r < rows_here; r += kWarps) {
+      const int rr = row0 + r, tok = rr / p.group, qh = kvh * p.group + rr % p.group;
+      const int64_t out_row = (int64_t{seq} * p.n_q_tokens + tok) * p.n_q_heads + qh;
+      finalize_row<VT>(p, red + r * p.dvc, ml_final[2 * r], ml_final[2 * r + 1], out_row, qh, lane,
+                       sign_words);
+    }
+  } else {
+    // Partial state for decode_merge_kernel: o [rows][dvc] then m, l [rows][2] per split.
+    const int64_t unit = int64_t{p.rows} * (p.dvc + 2);
+    float* part = p.part + ((int64_t{seq} * p.n_kv_heads + kvh) * p.n_splits + split) * unit;
+    for (int i = tid; i < rows_here * p.dvc; i += kThreads)
+      part[int64_t{row0} * p.dvc + i] = red[i];
+    float* pml = part + int64_t{p.rows} * p.dvc;
+    for (int i = tid; i < rows_here * 2; i += kThreads) pml[2 * row0 + i] = ml_final[i];
+  }
+}
+
+// Merges the n_splits partial states of each (sequence, KV head, row) and finalizes it. One warp
+// per row.
+template <KvType VT>
+__global__ void __launch_bounds__(kThreads) decode_merge_kernel(const DecodeParams p) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  __shared__ uint32_t sign_words[4];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (threadIdx.x < 4) sign_words[threadIdx.x] = sign_word(threadIdx.x);
+  __syncthreads();
+  const int64_t row_id = int64_t{blockIdx.x} * kWarps + warp;  // over seqs x kv heads x rows
+  const int64_t total = int64_t{p.n_seqs} * p.n_kv_heads * p.rows;
+  if (row_id >= total) return;
+  const int r = static_cast<int>(row_id % p.rows);
+  const int kvh = static_cast<int>((row_id / p.rows) % p.n_kv_heads);
+  const int seq = static_cast<int>(row_id / (int64_t{p.rows} * p.n_kv_heads));
+  float* o = reinterpret_cast<float*>(smem) + warp * p.dvc;
+
+  const int64_t unit = int64_t{p.rows} * (p.dvc + 2);
+  const float* part0 = p.part + (int64_t{seq} * p.n_kv_heads + kvh) * p.n_splits * unit;
+  float mx = kNegInf;
+  for (int s = lane; s < p.n_splits; s += 32)
+    mx = fmaxf(mx, part0[s * unit + int64_t{p.rows} * p.dvc + 2 * r]);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  const float ref = mx == kNegInf ? 0.0f : mx;
+  float l = 0.0f;
+  for (int d = lane; d < p.dvc; d += 32) o[d] = 0.0f;
+  for (int s = 0; s < p.n_splits; ++s) {
+    const float* ps = part0 + s * unit;
+    const float ms = ps[int64_t{p.rows} * p.dvc + 2 * r];
+    if (ms == kNegInf) continue;
+    const float w = exp2f((ms - ref) * kLog2e);
+    l += ps[int64_t{p.rows} * p.dvc + 2 * r + 1] * w;
+    for (int d = lane; d < p.dvc; d += 32) o[d] += ps[int64_t{r} * p.dvc + d] * w;
+  }
+  __syncwarp();
+  const int tok = r / p.group, qh = kvh * p.group + r % p.group;
+  const int64_t out_row = (int64_t{seq} * p.n_q_tokens + tok) * p.n_q_heads + qh;
+  finalize_row<VT>(p, o, mx, l, out_row, qh, lane, sign_words);
+}
+
+template <KvType KT, KvType VT>
+cudaError_t prepare_decode(size_t smem, int* ctas_per_sm) {
+  cudaError_t e = cudaFuncSetAttribute(
+      decode_kernel<KT, VT>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (e != cudaSuccess) return e;
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, decode_kernel<KT, VT>, kThreads,
+                                                       smem);
+}
+
+template <KvType KT, KvType VT>
+void launch_decode(const DecodeParams& p, dim3 grid, size_t smem, cudaStream_t stream) {
+  decode_kernel<KT, VT><<<grid, kThreads, smem, stream>>>(p);
+}
+
+}  // namespace kvflash::cuda::decode

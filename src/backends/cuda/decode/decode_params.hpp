@@ -1,0 +1,49 @@
+// The launch description of the CUDA decode family, shared by the host planner (decode.cu) and
+// the kernel instances (decode_kernel.cuh). Plain data, passed by value to the kernels.
+#pragma once
+
+#include <cstdint>
+
+namespace kvflash::cuda::decode {
+
+inline constexpr int kThreads = 128;  // 4 warps per CTA
+inline constexpr int kWarps = kThreads / 32;
+inline constexpr int kStages = 2;  // shared-memory stages of raw K/V tiles
+
+struct DecodeParams {
+  const float* q;
+  const uint8_t* k;
+  const uint8_t* v;
+  const int64_t* kv_lens;
+  const float* mask;
+  const float* sinks;
+  const float* alibi;
+  float* out;
+  float* lse;
+  float* part;  // workspace: partial states, see part_o / part_ml below
+
+  int64_t k_st, k_sh, k_ss;  // K strides in bytes: token, head, sequence
+  int64_t v_st, v_sh, v_ss;
+  int64_t mask_stride;
+  int64_t window;
+  float scale;
+  float softcap;
+
+  int32_t n_seqs, n_q_tokens, n_q_heads, n_kv_heads, group, rows;  // rows = n_q_tokens * group
+  int32_t dk, dv;                                                  // the problem's head dims
+  int32_t dkc, dvc;  // computed dims: padded to the type's block (turbo: 128), K to 32
+  int32_t k_row_bytes, v_row_bytes;
+  int32_t k_unit, v_unit;        // cp.async unit for the tile copy: 16, 8 or 4 bytes
+  int32_t sk_stride, sv_stride;  // shared-memory row strides in bytes (multiples of 16)
+  int32_t bk;                    // keys per shared-memory tile (multiple of 16 * n_kgroups)
+  int32_t row_block;             // query rows per CTA (16 * n_mtiles)
+  int32_t n_row_blocks;
+  int32_t n_mtiles, n_dslices, n_kgroups;  // warps = n_mtiles * n_dslices * n_kgroups <= 4
+  int32_t slice_w;                         // V dims per warp slice (dvc / n_dslices, multiple of 8)
+  int32_t n_splits;                        // KV splits per (sequence, KV head, row block)
+  int32_t smem_q_bytes;                    // Q fragments
+  int32_t smem_kv_bytes;                   // one stage of K and V tiles
+  uint8_t causal, has_mask, has_sinks, has_alibi;
+};
+
+}  // namespace kvflash::cuda::decode

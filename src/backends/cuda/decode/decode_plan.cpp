@@ -1,0 +1,77 @@
+#include "backends/cuda/decode/decode_plan.hpp"
+
+#include <algorithm>
+
+#include "backends/cuda/decode/decode_formats.hpp"
+#include "backends/cuda/decode/decode_params.hpp"
+
+namespace kvflash::cuda::decode {
+namespace {
+int32_t round_up(int64_t x, int64_t m) {
+  return static_cast<int32_t>((x + m - 1) / m * m);
+}
+}  // namespace
+
+DecodeLayout decode_layout(const AttentionProblem& p) {
+  DecodeLayout l;
+  l.dkc = computed_dim_k(p.k_type, p.head_dim.k);
+  l.dvc = computed_dim_v(p.v_type, p.head_dim.v);
+  l.k_row_bytes = static_cast<int32_t>(row_size(p.k_type, p.head_dim.k));
+  l.v_row_bytes = static_cast<int32_t>(row_size(p.v_type, p.head_dim.v));
+  // V dims per warp: at most 128 (16 accumulator tiles of 8).
+  l.n_dslices = l.dvc <= 128 ? 1 : (l.dvc <= 256 ? 2 : 4);
+  l.slice_w = l.dvc / l.n_dslices;
+  // Query rows: M tiles of 16; the warps left over split each tile's keys.
+  const int32_t rows = p.rows_per_kv_head();
+  const int32_t max_mtiles = kWarps / l.n_dslices;
+  const int32_t need = (rows + 15) / 16;
+  l.n_mtiles = 1;
+  while (l.n_mtiles < need && l.n_mtiles < max_mtiles) l.n_mtiles *= 2;
+  l.row_block = 16 * l.n_mtiles;
+  l.n_row_blocks = (rows + l.row_block - 1) / l.row_block;
+  l.n_kgroups = kWarps / (l.n_mtiles * l.n_dslices);
+
+  // Shared-memory rows: room for a 2-byte lead (4-byte copies of 2-aligned rows), the computed
+  // dims, and whole 16-byte units; +16 when a multiple of 128 to spread banks.
+  const int32_t k_elem =
+      static_cast<int32_t>(traits(p.k_type).block_values == 1 ? traits(p.k_type).block_bytes : 0);
+  const int32_t k_need = std::max(l.k_row_bytes + 4, k_elem * l.dkc);
+  l.sk_stride = round_up(k_need, 16);
+  if (l.sk_stride % 128 == 0) l.sk_stride += 16;
+  l.sv_stride = round_up(l.v_row_bytes + 4, 16);
+  if (l.sv_stride % 128 == 0) l.sv_stride += 16;
+
+  const int32_t per_key = l.k_row_bytes + l.v_row_bytes;
+  const int32_t quantum = 16 * l.n_kgroups;
+  int32_t bk = kStageTargetBytes / per_key / quantum * quantum;
+  l.bk = std::clamp(bk, quantum, std::max(quantum, kMaxTileKeys));
+
+  l.smem_q_bytes = l.n_mtiles * (l.dkc / 16) * 32 * 16;
+  const int64_t tiles = int64_t{l.bk} * (l.sk_stride + l.sv_stride);
+  const int64_t q_stage = int64_t{l.row_block} * l.dkc * 4;
+  const int64_t reduce =
+      (int64_t{l.n_kgroups} * l.row_block * l.dvc + int64_t{l.n_kgroups + 1} * l.row_block * 2) * 4;
+  const int64_t need_area = std::max(q_stage, reduce);
+  l.smem_kv_bytes = round_up(std::max(tiles, (need_area + kStages - 1) / kStages), 16);
+  l.smem_total = static_cast<size_t>(l.smem_q_bytes) + size_t{kStages} * l.smem_kv_bytes;
+  return l;
+}
+
+int32_t decode_splits(const AttentionProblem& p, const DecodeLayout& l, int32_t sm_count,
+                      int32_t ctas_per_sm) {
+  const int64_t base = int64_t{p.n_seqs} * p.n_kv_heads * l.n_row_blocks;
+  const int64_t slots = int64_t{std::max(sm_count, 1)} * std::max(ctas_per_sm, 1);
+  if (base >= slots) return 1;
+  const int64_t want = (slots + base - 1) / base;
+  const int64_t cap =
+      std::max<int64_t>(1, (p.kv_capacity + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
+  return static_cast<int32_t>(std::clamp<int64_t>(want, 1, std::min<int64_t>(cap, 65535)));
+}
+
+size_t decode_workspace_bytes(const AttentionProblem& p, const DecodeLayout& l, int32_t n_splits) {
+  if (n_splits <= 1) return 0;
+  return static_cast<size_t>(p.n_seqs) * p.n_kv_heads * n_splits * p.rows_per_kv_head() *
+         (static_cast<size_t>(l.dvc) + 2) * sizeof(float);
+}
+
+}  // namespace kvflash::cuda::decode

@@ -1,0 +1,40 @@
+// Host-side planning of the CUDA decode family: the CTA layout, shared-memory sizes and split
+// count for a problem. Pure functions of the problem and the device's size, with CPU tests.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kvflash/problem.hpp"
+
+namespace kvflash::cuda::decode {
+
+inline constexpr int32_t kMaxDecodeQTokens = 8;
+inline constexpr int32_t kStageTargetBytes = 32 * 1024;  // raw K+V bytes per pipeline stage
+inline constexpr int32_t kMaxTileKeys = 256;
+inline constexpr int64_t kMinKeysPerSplit = 64;
+
+struct DecodeLayout {
+  int32_t dkc = 0, dvc = 0;
+  int32_t k_row_bytes = 0, v_row_bytes = 0;
+  int32_t n_dslices = 1, slice_w = 0;
+  int32_t n_mtiles = 1, row_block = 16, n_row_blocks = 1;
+  int32_t n_kgroups = 4;
+  int32_t bk = 64;
+  int32_t sk_stride = 0, sv_stride = 0;
+  int32_t smem_q_bytes = 0;
+  int32_t smem_kv_bytes = 0;  // one stage (at least half of what the prologue/epilogue need)
+  size_t smem_total = 0;      // dynamic shared memory per CTA
+};
+
+DecodeLayout decode_layout(const AttentionProblem& p);
+
+// KV splits per (sequence, KV head, row block): enough CTAs to fill `sm_count` x `ctas_per_sm`
+// slots, never more than leaves kMinKeysPerSplit keys per split at kv_capacity.
+int32_t decode_splits(const AttentionProblem& p, const DecodeLayout& l, int32_t sm_count,
+                      int32_t ctas_per_sm);
+
+// Workspace bytes for the partial states (0 with one split).
+size_t decode_workspace_bytes(const AttentionProblem& p, const DecodeLayout& l, int32_t n_splits);
+
+}  // namespace kvflash::cuda::decode

@@ -1,0 +1,147 @@
+// The CUDA decode family's host-visible parts, tested on the CPU: the per-type row readers (the
+// same code the kernels run) against dequantize_row_rotated, the K dim order against a
+// permutation, and the planner's layout and split choices.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "backends/cuda/decode/decode_formats.hpp"
+#include "backends/cuda/decode/decode_plan.hpp"
+#include "kvflash/turbo.hpp"
+
+namespace kvflash::cuda::decode {
+namespace {
+
+std::vector<uint8_t> random_row(KvType t, int32_t n, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (float& v : x) v = nd(rng);
+  // 2 bytes of lead so that the row starts 2-aligned but not 4-aligned, as rows may in the kernel.
+  std::vector<uint8_t> buf(row_size(t, n) + 2);
+  quantize_row(t, x.data(), n, buf.data() + 2);
+  return buf;
+}
+
+template <KvType T>
+void check_type(int32_t n) {
+  std::mt19937 rng(1234 + static_cast<int>(T) * 7 + n);
+  const float* lut = is_rotated(T) ? turbo_centroids(T) : nullptr;
+  const int32_t dkc = computed_dim_k(T, n), dvc = computed_dim_v(T, n);
+  const int32_t padded = static_cast<int32_t>(padded_values(T, n));
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<uint8_t> buf = random_row(T, n, rng);
+    // The kernels read past the row end only inside zeroed shared memory: pad likewise.
+    buf.resize(buf.size() + 4 * static_cast<size_t>(dkc), 0);
+    const uint8_t* row = buf.data() + 2;
+    std::vector<float> want(static_cast<size_t>(padded));
+    dequantize_row_rotated(T, row, n, want.data());
+    std::set<int> seen;
+    for (int b = 0; b < dkc / 32; ++b)
+      for (int t = 0; t < 4; ++t) {
+        float x[8];
+        k_values<T>(row, b, t, lut, x);
+        for (int j = 0; j < 8; ++j) {
+          const int d = k_dim(T, b, t, j);
+          ASSERT_GE(d, 0);
+          ASSERT_LT(d, dkc);
+          EXPECT_TRUE(seen.insert(d).second) << "dim " << d << " twice";
+          const float w = d < padded ? want[static_cast<size_t>(d)] : 0.0f;
+          ASSERT_EQ(x[j], w) << to_string(T) << " n=" << n << " b=" << b << " t=" << t
+                             << " j=" << j;
+        }
+      }
+    EXPECT_EQ(static_cast<int>(seen.size()), dkc);
+    for (int d = 0; d < dvc; ++d)
+      ASSERT_EQ(v_value<T>(row, d, lut), want[static_cast<size_t>(d)])
+          << to_string(T) << " d=" << d;
+  }
+}
+
+TEST(CudaDecodeFormats, RowReadersMatchTheReferenceDecoder) {
+  for (int32_t n : {64, 80, 96, 112, 128, 192, 256, 512, 576}) {
+    check_type<KvType::f32>(n);
+    check_type<KvType::f16>(n);
+    check_type<KvType::bf16>(n);
+    check_type<KvType::q8_0>(n);
+    check_type<KvType::q4_0>(n);
+    check_type<KvType::turbo2>(n);
+    check_type<KvType::turbo3>(n);
+    check_type<KvType::turbo4>(n);
+  }
+}
+
+AttentionProblem problem(int32_t q_tokens, int32_t qh, int32_t kvh, HeadDims d, int64_t cap) {
+  AttentionProblem p;
+  p.n_q_tokens = q_tokens;
+  p.n_q_heads = qh;
+  p.n_kv_heads = kvh;
+  p.head_dim = d;
+  p.kv_capacity = cap;
+  return p;
+}
+
+TEST(CudaDecodePlan, LayoutWorkedExamples) {
+  // 32/8 heads, D 128, one token: 4 rows in one M tile, 4 key groups, 64-key f16 tiles.
+  DecodeLayout l = decode_layout(problem(1, 32, 8, {128, 128}, 32768));
+  EXPECT_EQ(l.n_mtiles, 1);
+  EXPECT_EQ(l.n_dslices, 1);
+  EXPECT_EQ(l.n_kgroups, 4);
+  EXPECT_EQ(l.bk, 64);
+  EXPECT_EQ(l.n_row_blocks, 1);
+  // 8 tokens x GQA 8 = 64 rows: four M tiles, one warp each.
+  l = decode_layout(problem(8, 32, 4, {128, 128}, 32768));
+  EXPECT_EQ(l.n_mtiles, 4);
+  EXPECT_EQ(l.n_kgroups, 1);
+  // MLA 576/512: four V slices of 128, one M tile per CTA.
+  l = decode_layout(problem(1, 128, 1, {576, 512}, 4096));
+  EXPECT_EQ(l.n_dslices, 4);
+  EXPECT_EQ(l.slice_w, 128);
+  EXPECT_EQ(l.n_mtiles, 1);
+  EXPECT_EQ(l.n_row_blocks, 8);
+}
+
+TEST(CudaDecodePlan, EveryPointOfTheSpaceHasAConsistentLayout) {
+  for (HeadDims d : SupportedSpace::head_dims)
+    for (KvType kt : kAllKvTypes)
+      for (KvType vt : kAllKvTypes)
+        for (int32_t q : {1, 2, 8})
+          for (auto [qh, kvh] : {std::pair{32, 8}, {32, 4}, {8, 8}, {64, 1}}) {
+            AttentionProblem p = problem(q, qh, kvh, d, 100000);
+            p.k_type = kt;
+            p.v_type = vt;
+            const DecodeLayout l = decode_layout(p);
+            SCOPED_TRACE(describe(p));
+            EXPECT_EQ(l.n_mtiles * l.n_dslices * l.n_kgroups, 4);
+            EXPECT_EQ(l.slice_w * l.n_dslices, l.dvc);
+            EXPECT_EQ(l.slice_w % 8, 0);
+            EXPECT_LE(l.slice_w, 128);
+            EXPECT_EQ(l.dkc % 32, 0);
+            EXPECT_EQ(l.bk % (16 * l.n_kgroups), 0);
+            EXPECT_EQ(l.sk_stride % 16, 0);
+            EXPECT_EQ(l.sv_stride % 16, 0);
+            EXPECT_GE(l.sk_stride, l.k_row_bytes + 4);
+            EXPECT_GE(l.n_row_blocks * l.row_block, p.rows_per_kv_head());
+            EXPECT_LE(l.smem_total, size_t{227} * 1024) << "over the H100/H200 opt-in limit";
+          }
+}
+
+TEST(CudaDecodePlan, SplitsFillTheMachineAndKeepSplitsNonTrivial) {
+  AttentionProblem p = problem(1, 32, 8, {128, 128}, 1 << 20);
+  DecodeLayout l = decode_layout(p);
+  EXPECT_EQ(decode_splits(p, l, 132, 3), 50);  // 8 CTAs of work x 50 >= 396 slots
+  p.kv_capacity = 100;                         // at most 2 splits of >= 64 keys
+  EXPECT_EQ(decode_splits(p, l, 132, 3), 2);
+  p.kv_capacity = 1;
+  EXPECT_EQ(decode_splits(p, l, 132, 3), 1);
+  p = problem(1, 32, 8, {128, 128}, 1 << 20);
+  p.n_seqs = 64;  // 512 CTAs already fill 396 slots
+  EXPECT_EQ(decode_splits(p, l, 132, 3), 1);
+  EXPECT_EQ(decode_workspace_bytes(p, l, 1), 0u);
+  EXPECT_EQ(decode_workspace_bytes(p, l, 3), size_t{64} * 8 * 3 * 4 * (128 + 2) * 4);
+}
+
+}  // namespace
+}  // namespace kvflash::cuda::decode
