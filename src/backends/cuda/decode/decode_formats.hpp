@@ -75,16 +75,29 @@ constexpr int turbo_group_bytes() {
 // The dim (index into the padded, rotated-for-turbo row) of value j of thread t in 32-dim block b.
 KVFLASH_HD int k_dim(KvType type, int b, int t, int j) {
   switch (type) {
-    case KvType::q4_0:  // byte i holds dims i (low nibble) and i + 16 (high)
-      return 32 * b + (j < 4 ? 4 * t + j : 16 + 4 * t + (j - 4));
-    case KvType::turbo4: {  // byte i of the group holds codes i (low) and i + 64 (high)
+    case KvType::q4_0: {
+      // Byte i holds dims i (low nibble) and i + 16 (high). Thread t reads bytes 4t..4t+3 as
+      // one word w; the kernel's fragment pairs are the nibbles that one mask of w selects
+      // (bytes 0 and 2, then 1 and 3; low nibbles, then high), hence the order 0, 2, 1, 3.
+      constexpr int order[4] = {0, 2, 1, 3};
+      return 32 * b + (j < 4 ? 0 : 16) + 4 * t + order[j & 3];
+    }
+    case KvType::turbo4: {
+      // Byte i of the group holds codes i (low) and i + 64 (high); thread t reads bytes
+      // 16bb + 4t .. +3, in the same 0, 2, 1, 3 order as q4_0.
+      constexpr int order[4] = {0, 2, 1, 3};
       const int g = b >> 2, bb = b & 3;
-      return 128 * g + (j < 4 ? 16 * bb + 4 * t + j : 64 + 16 * bb + 4 * t + (j - 4));
+      return 128 * g + (j < 4 ? 0 : 64) + 16 * bb + 4 * t + order[j & 3];
     }
     case KvType::turbo2:
-    case KvType::turbo3: {  // byte i of the plane holds codes i, i + 32, i + 64, i + 96
+    case KvType::turbo3: {
+      // Plane byte i holds codes i, i + 32, i + 64, i + 96 (2 bits each); thread t reads bytes
+      // x = 0, 1 at i0 = 8bb + 2t. A 0x3333 mask of those 16 bits selects planes y = 0 and 2 of
+      // both bytes, the next shift planes 1 and 3: value j is byte (j >> 1) & 1, plane
+      // 2 (j & 1) + (j >> 2).
       const int g = b >> 2, bb = b & 3;
-      return 128 * g + 8 * bb + 2 * t + (j & 1) + 32 * (j >> 1);
+      const int x = (j >> 1) & 1, y = 2 * (j & 1) + (j >> 2);
+      return 128 * g + 8 * bb + 2 * t + x + 32 * y;
     }
     default:
       return 32 * b + 8 * t + j;
@@ -127,20 +140,22 @@ KVFLASH_HD void k_values(const uint8_t* row, int b, int t, const float* lut, flo
     const float d = half_to_float(load_u16(blk));
     const uint32_t q =
         uint32_t{load_u16(blk + 2 + 4 * t)} | (uint32_t{load_u16(blk + 4 + 4 * t)} << 16);
+    constexpr int order[4] = {0, 2, 1, 3};  // see k_dim
     KVFLASH_UNROLL
     for (int j = 0; j < 4; ++j) {
-      x[j] = d * static_cast<float>(static_cast<int>((q >> (8 * j)) & 15u) - 8);
-      x[4 + j] = d * static_cast<float>(static_cast<int>((q >> (8 * j + 4)) & 15u) - 8);
+      x[j] = d * static_cast<float>(static_cast<int>((q >> (8 * order[j])) & 15u) - 8);
+      x[4 + j] = d * static_cast<float>(static_cast<int>((q >> (8 * order[j] + 4)) & 15u) - 8);
     }
   } else if constexpr (T == KvType::turbo4) {
     const uint8_t* grp = row + 66 * (b >> 2);
     const float n = half_to_float(load_u16(grp));
     const int off = 2 + 16 * (b & 3) + 4 * t;
     const uint32_t q = uint32_t{load_u16(grp + off)} | (uint32_t{load_u16(grp + off + 2)} << 16);
+    constexpr int order[4] = {0, 2, 1, 3};  // see k_dim
     KVFLASH_UNROLL
     for (int j = 0; j < 4; ++j) {
-      x[j] = n * lut[(q >> (8 * j)) & 15u];
-      x[4 + j] = n * lut[(q >> (8 * j + 4)) & 15u];
+      x[j] = n * lut[(q >> (8 * order[j])) & 15u];
+      x[4 + j] = n * lut[(q >> (8 * order[j] + 4)) & 15u];
     }
   } else if constexpr (T == KvType::turbo2 || T == KvType::turbo3) {
     constexpr int gb = turbo_group_bytes<T>();
@@ -153,7 +168,7 @@ KVFLASH_HD void k_values(const uint8_t* row, int b, int t, const float* lut, flo
     const int hs = i0 >> 4;  // code c's high bit is bit c / 16 of qh[c % 16]
     KVFLASH_UNROLL
     for (int j = 0; j < 8; ++j) {
-      const int byte = j & 1, m = j >> 1;
+      const int byte = (j >> 1) & 1, m = 2 * (j & 1) + (j >> 2);  // see k_dim
       uint32_t code = (q >> (8 * byte + 2 * m)) & 3u;
       if constexpr (T == KvType::turbo3) code |= ((h >> (8 * byte + hs + 2 * m)) & 1u) << 2;
       x[j] = n * lut[code];
