@@ -12,6 +12,7 @@
 #include "bench/options.hpp"
 #include "bench/report.hpp"
 #include "common/progress.hpp"
+#include "kvflash/device.hpp"
 
 #ifndef KVFLASH_VERSION
 #define KVFLASH_VERSION "dev"
@@ -111,6 +112,10 @@ int run_bench(int argc, char** argv, std::ostream& out, std::ostream& err) {
   const BenchOptions& o = *parsed.options;
   if (o.backend == BackendChoice::cuda && !has_kernels(Backend::cuda)) {
     err << no_cuda_message();
+    return kExitFailure;
+  }
+  if (o.backend == BackendChoice::cuda && cuda_device_count() == 0) {
+    err << "kvflash-bench: --backend cuda: no CUDA device is visible. Use --backend cpu or auto.\n";
     return kExitFailure;
   }
 

@@ -7,10 +7,16 @@
 #include <cstring>
 #include <random>
 
+#include "kvflash/device.hpp"
+
 namespace kvflash::bench {
 namespace {
 
 constexpr size_t kPatternRows = 4096;
+// Before each timed CUDA call: a device fill this large (30-40 us on an H200, several times the
+// 10 us the host takes to enqueue a cuda.decode call) holds the stream while the host enqueues the
+// call (see time_point_cuda).
+constexpr size_t kLaunchCoverBytes = size_t{64} << 20;
 
 Error out_of_memory(std::string msg) {
   return Error{ErrorCode::out_of_memory, std::move(msg)};
@@ -20,13 +26,129 @@ double gib(double bytes) {
   return bytes / double(1 << 30);
 }
 
-// Not built yet: CUDA kernels need device buffers, a copy of the inputs in device memory and
-// event timing after warm-up. When the CUDA backend registers kernels, that runner goes here.
-Expected<Timing> time_point_cuda(const Plan& pl, const RunConfig&) {
-  return unsupported(fmt::format(
-      "kernel '{}' is a CUDA kernel, and this kvflash-bench has no CUDA runner yet (device buffers "
-      "and event timing come with the CUDA kernels); use --backend cpu",
-      pl.kernel->name));
+size_t round_up(size_t n, size_t to) {
+  return (n + to - 1) / to * to;
+}
+
+// Random rows quantized once (kPatternRows of them), then tiled over the cache: the kernels'
+// speed does not depend on the values, and quantizing millions of rows (turbo: a rotation each)
+// would dominate the run. The same generator, in the same order, for both backends.
+struct Patterns {
+  std::vector<uint8_t> k, v;
+  size_t rows = 0;
+};
+Patterns make_patterns(const AttentionProblem& p, int64_t n_rows, std::mt19937_64& rng,
+                       std::normal_distribution<float>& g) {
+  Patterns pt;
+  pt.rows = std::min<size_t>(kPatternRows, size_t(n_rows));
+  pt.k.resize(row_size(p.k_type, p.head_dim.k) * pt.rows);
+  pt.v.resize(row_size(p.v_type, p.head_dim.v) * pt.rows);
+  std::vector<float> src(pt.rows * std::max(p.head_dim.k, p.head_dim.v));
+  for (float& x : src) x = g(rng);
+  quantize_rows(p.k_type, src.data(), int64_t(pt.rows), p.head_dim.k, pt.k.data());
+  quantize_rows(p.v_type, src.data(), int64_t(pt.rows), p.head_dim.v, pt.v.data());
+  return pt;
+}
+
+// Repeats the first `have` bytes of the device range [base, base + total) over all of it, doubling
+// what is filled with each device-to-device copy.
+Status replicate_on_device(uint8_t* base, size_t have, size_t total, void* stream) {
+  while (have < total) {
+    const size_t n = std::min(have, total - have);
+    if (Status s = gpu::copy(base + have, base, n, stream); !s) return s;
+    have += n;
+  }
+  return {};
+}
+
+// CUDA kernels: every buffer in device memory, every call on one stream, each timed call between
+// two events (gpu::time_ms). The KV copies (one allocation, gpu_rotation_copies of them, at least
+// 4x the L2 together) are used in turn, first the one uploaded first, so no call finds its KV in
+// the L2.
+Expected<Timing> time_point_cuda(const Plan& pl, const RunConfig& cfg) {
+  if (cuda_device_count() == 0)
+    return unsupported(
+        fmt::format("kernel '{}' is a CUDA kernel and no CUDA device is visible", pl.kernel->name));
+  const AttentionProblem& p = pl.problem;
+  const int64_t n_rows = int64_t{p.n_seqs} * p.kv_capacity * p.n_kv_heads;
+  const size_t krow = row_size(p.k_type, p.head_dim.k), vrow = row_size(p.v_type, p.head_dim.v);
+  const size_t v_off = round_up(krow * size_t(n_rows), 4096);
+  const size_t copy_bytes = v_off + vrow * size_t(n_rows);
+  const size_t stride = round_up(copy_bytes, 4096);
+  const int64_t copies = gpu_rotation_copies(static_cast<int64_t>(stride));
+  const size_t n_q = size_t(p.n_seqs) * p.n_q_tokens * p.n_q_heads;
+  // Every message names where the point failed; bench.cpp prefixes the point itself.
+  auto fail = [&](const std::string& what, const Error& e) {
+    return Error{e.code, fmt::format("on the GPU: {}: {}", what, e.message)};
+  };
+
+  Expected<gpu::Stream> stream_or = gpu::Stream::create();
+  if (!stream_or) return fail("creating a stream", stream_or.error());
+  void* const stream = stream_or->handle();
+  Expected<gpu::DeviceBuffer> kv = gpu::DeviceBuffer::allocate(stride * size_t(copies));
+  if (!kv)
+    return fail(fmt::format("allocating {} KV copies of {:.3f} GiB", copies, gib(double(stride))),
+                kv.error());
+  Expected<gpu::DeviceBuffer> q_dev =
+      gpu::DeviceBuffer::allocate(n_q * p.head_dim.k * sizeof(float));
+  if (!q_dev) return fail("allocating q", q_dev.error());
+  Expected<gpu::DeviceBuffer> out = gpu::DeviceBuffer::allocate(n_q * p.head_dim.v * sizeof(float));
+  if (!out) return fail("allocating out", out.error());
+  // Every sequence full, as on the CPU (which passes no lengths); CUDA kernels read them on the
+  // device.
+  const std::vector<int64_t> lens(size_t(p.n_seqs), p.kv_capacity);
+  Expected<gpu::DeviceBuffer> lens_dev = gpu::DeviceBuffer::allocate(lens.size() * sizeof(int64_t));
+  if (!lens_dev) return fail("allocating kv_lens", lens_dev.error());
+  Expected<gpu::DeviceBuffer> ws = gpu::DeviceBuffer::allocate(pl.workspace_bytes);
+  if (!ws) return fail("allocating the workspace", ws.error());
+  Expected<gpu::DeviceBuffer> hold = gpu::DeviceBuffer::allocate(kLaunchCoverBytes);
+  if (!hold) return fail("allocating the launch cover", hold.error());
+
+  // The CPU path's values: the same generator, in the same order (patterns, then q).
+  std::mt19937_64 rng(cfg.seed);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  const Patterns pt = make_patterns(p, n_rows, rng, g);
+  std::vector<float> q(n_q * p.head_dim.k);
+  for (float& x : q) x = g(rng);
+  auto* base = static_cast<uint8_t*>(kv->data());
+  Status st = gpu::copy(base, pt.k.data(), pt.k.size(), stream);
+  if (st) st = gpu::copy(base + v_off, pt.v.data(), pt.v.size(), stream);
+  if (st) st = replicate_on_device(base, pt.k.size(), krow * size_t(n_rows), stream);
+  if (st) st = replicate_on_device(base + v_off, pt.v.size(), vrow * size_t(n_rows), stream);
+  if (st) st = replicate_on_device(base, stride, stride * size_t(copies), stream);
+  if (st) st = gpu::copy(q_dev->data(), q.data(), q.size() * sizeof(float), stream);
+  if (st) st = gpu::copy(lens_dev->data(), lens.data(), lens.size() * sizeof(int64_t), stream);
+  if (st) st = stream_or->synchronize();
+  if (!st) return fail("copying the inputs to the device", st.error());
+
+  Timing tm{pl.kernel->name, Backend::cuda, 1, copies, {}};
+  for (int32_t it = 0; it < cfg.warmup + cfg.reps; ++it) {
+    const uint8_t* kv_base = base + stride * size_t(it % copies);
+    AttentionTensors t;
+    t.q = static_cast<const float*>(q_dev->data());
+    t.k = kv_tensor_contiguous(kv_base, p.k_type, p.head_dim.k, p.n_kv_heads, p.kv_capacity);
+    t.v =
+        kv_tensor_contiguous(kv_base + v_off, p.v_type, p.head_dim.v, p.n_kv_heads, p.kv_capacity);
+    t.kv_lens = static_cast<const int64_t*>(lens_dev->data());
+    t.out = static_cast<float*>(out->data());
+    auto enqueue = [&] { return run(pl, t, ws->data(), stream); };
+    if (it < cfg.warmup) {
+      if (Status s = enqueue(); !s) return fail("run()", s.error());
+      continue;
+    }
+    // The start event is recorded behind a device-side fill that takes longer than the host
+    // needs to enqueue the call, so the call is queued before the start event fires and its
+    // launch latency stays out of the measurement (the fill also pushes the KV out of L2).
+    if (Status s = gpu::fill(hold->data(), 0, hold->size(), stream); !s)
+      return fail("the launch cover fill", s.error());
+    const Expected<double> ms = gpu::time_ms(stream, enqueue);
+    if (!ms) return fail("run()", ms.error());
+    tm.us.push_back(*ms * 1e3);
+  }
+  if (Status s = stream_or->synchronize(); !s) return fail("after the timed calls", s.error());
+  if (Status s = gpu::last_error(); !s) return fail("after the timed calls", s.error());
+  std::sort(tm.us.begin(), tm.us.end());
+  return tm;
 }
 
 Expected<Timing> time_point_cpu(const Plan& pl, const RunConfig& cfg) {
@@ -46,18 +168,12 @@ Expected<Timing> time_point_cpu(const Plan& pl, const RunConfig& cfg) {
       rotation_copies(static_cast<int64_t>(copy_bytes), cfg.llc_bytes, cfg.warmup + cfg.reps,
                       cfg.memory_budget - static_cast<int64_t>(fixed));
 
-  // Random rows quantized once, then tiled: the kernels' speed does not depend on the values,
-  // and quantizing millions of rows (turbo: a rotation each) would dominate the run.
   std::mt19937_64 rng(cfg.seed);
   std::normal_distribution<float> g(0.0f, 1.0f);
-  const size_t pat = std::min<size_t>(kPatternRows, size_t(n_rows));
-  std::vector<uint8_t> kpat(krow * pat), vpat(vrow * pat);
-  {
-    std::vector<float> src(pat * std::max(p.head_dim.k, p.head_dim.v));
-    for (float& x : src) x = g(rng);
-    quantize_rows(p.k_type, src.data(), int64_t(pat), p.head_dim.k, kpat.data());
-    quantize_rows(p.v_type, src.data(), int64_t(pat), p.head_dim.v, vpat.data());
-  }
+  const Patterns pt = make_patterns(p, n_rows, rng, g);
+  const size_t pat = pt.rows;
+  const std::vector<uint8_t>& kpat = pt.k;
+  const std::vector<uint8_t>& vpat = pt.v;
   std::vector<HugeBuffer> bufs;
   for (int64_t c = 0; c < copies; ++c) {
     bufs.emplace_back(copy_bytes);
@@ -97,6 +213,12 @@ Expected<Timing> time_point_cpu(const Plan& pl, const RunConfig& cfg) {
 }
 
 }  // namespace
+
+int64_t gpu_rotation_copies(int64_t copy_bytes) {
+  copy_bytes = std::max<int64_t>(1, copy_bytes);
+  const int64_t n = std::max<int64_t>(2, (kGpuRotationBytes + copy_bytes - 1) / copy_bytes);
+  return std::max<int64_t>(1, std::min(n, kGpuMaxInputBytes / copy_bytes));
+}
 
 int64_t rotation_copies(int64_t copy_bytes, int64_t llc_bytes, int64_t calls, int64_t budget) {
   copy_bytes = std::max<int64_t>(1, copy_bytes);

@@ -47,4 +47,14 @@ Expected<Timing> time_point(const AttentionProblem& p, const RunConfig& cfg);
 // then reads a copy untouched since the eviction pass) nor more than the budget allows.
 int64_t rotation_copies(int64_t copy_bytes, int64_t llc_bytes, int64_t calls, int64_t budget);
 
+// The CUDA runner's rotation: KV copies of `copy_bytes` each (K and V of one point) that together
+// hold at least 4x the GPU's L2 (60 MB on an H200), at least 2 of them, yet never more than
+// kGpuMaxInputBytes in all (one copy larger than half of it runs alone: far past the L2 anyway).
+// Copies are not limited by the number of calls: the rotation must also push out of L2 the copies
+// written last while uploading.
+inline constexpr int64_t kGpuL2Bytes = int64_t{60} << 20;
+inline constexpr int64_t kGpuRotationBytes = 4 * kGpuL2Bytes;
+inline constexpr int64_t kGpuMaxInputBytes = int64_t{8} << 30;
+int64_t gpu_rotation_copies(int64_t copy_bytes);
+
 }  // namespace kvflash::bench

@@ -12,8 +12,9 @@ void GuardedBuffer::Free::operator()(std::byte* p) const {
   std::free(p);
 }
 
-GuardedBuffer::GuardedBuffer(size_t bytes) : bytes_(bytes) {
-  const size_t total = (2 * kGuardBytes + bytes + kAlignment - 1) / kAlignment * kAlignment;
+GuardedBuffer::GuardedBuffer(size_t bytes)
+    : bytes_(bytes), total_((2 * kGuardBytes + bytes + kAlignment - 1) / kAlignment * kAlignment) {
+  const size_t total = total_;
   auto* p = static_cast<std::byte*>(std::aligned_alloc(kAlignment, total));
   if (p == nullptr) throw std::bad_alloc();
   base_.reset(p);

@@ -39,11 +39,19 @@ class GuardedBuffer {
   // std::nullopt when both guards hold the sentinel, else which guard was hit and where.
   std::optional<std::string> check_guards() const;
 
+  // The whole allocation: head guard (kGuardBytes), payload (size()), tail guard (at least
+  // kGuardBytes, rounded up to kAlignment). A device mirror (device_buffers.hpp) has the same
+  // layout, so copying it back over this allocation lets check_guards() judge the device run.
+  std::byte* allocation() { return base_.get(); }
+  const std::byte* allocation() const { return base_.get(); }
+  size_t allocation_size() const { return total_; }
+
  private:
   struct Free {
     void operator()(std::byte* p) const;
   };
   size_t bytes_ = 0;
+  size_t total_ = 0;
   std::unique_ptr<std::byte[], Free> base_;
 };
 

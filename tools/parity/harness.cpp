@@ -12,8 +12,10 @@
 
 #include "baseline.hpp"
 #include "compare.hpp"
+#include "device_buffers.hpp"
 #include "guarded_buffer.hpp"
 #include "inputs.hpp"
+#include "kvflash/device.hpp"
 #include "kvflash/reference.hpp"
 
 namespace kvflash::parity {
@@ -26,12 +28,6 @@ const float kPoison = std::bit_cast<float>(kPoisonBits);
 // Workspace is filled with 0xFF (NaN as f32) so a kernel that reads workspace it never wrote,
 // or assumes it zeroed, produces NaN.
 constexpr uint8_t kWorkspaceFill = 0xFF;
-
-// Backends whose kernels take host pointers. Device backends need device copies of the inputs,
-// which the public API does not offer yet (see the report): they are skipped in test and perf.
-bool uses_host_memory(Backend b) {
-  return b == Backend::cpu;
-}
 
 int64_t out_rows(const AttentionProblem& p) {
   return int64_t{p.n_seqs} * p.n_q_tokens * p.n_q_heads;
@@ -106,12 +102,14 @@ Reference compute_reference(const ParityCase& c, const CaseInputs& in) {
   return ref;
 }
 
-// Lazily built inputs and reference, shared by every backend of a case.
+// Lazily built inputs and reference, shared by every backend of a case (and the inputs' device
+// copy, shared by every CUDA kernel of it).
 struct CaseData {
   const ParityCase& c;
   uint64_t seed;
   std::optional<CaseInputs> inputs;
   std::optional<Reference> reference;
+  std::optional<Expected<DeviceInputs>> device_inputs;
 
   const CaseInputs& get_inputs() {
     if (!inputs) inputs = make_inputs(c, seed);
@@ -120,6 +118,10 @@ struct CaseData {
   const Reference& get_reference() {
     if (!reference) reference = compute_reference(c, get_inputs());
     return *reference;
+  }
+  const Expected<DeviceInputs>& get_device_inputs() {
+    if (!device_inputs) device_inputs.emplace(stage_inputs(get_inputs()));
+    return *device_inputs;
   }
 };
 
@@ -232,12 +234,81 @@ std::string join(const std::vector<std::string>& parts) {
   return s;
 }
 
+// The calls of one case on one backend: `warmup` untimed, then `reps` timed (µs each).
+struct Calls {
+  int32_t warmup = 0;
+  int32_t reps = 1;
+  bool want_lse = true;
+};
+
+// Host kernels: the tensors point at the host inputs and at `buf`. Returns "" or the error.
+std::string execute_host(const Plan& pl, const CaseInputs& in, const Calls& calls, RunBuffers& buf,
+                         std::vector<double>& times) {
+  AttentionTensors t = in.tensors();
+  t.out = buf.out.as<float>();
+  t.lse = calls.want_lse ? buf.lse.as<float>() : nullptr;
+  if (Status st = validate(in.problem, t); !st)
+    return "the harness built tensors that validate() rejects: " + st.message();
+  for (int32_t i = 0; i < calls.warmup + calls.reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Status st = run(pl, t, buf.workspace.data());
+    const double us = elapsed_us(t0);
+    if (!st) return "run() failed: " + st.message();
+    if (i >= calls.warmup) times.push_back(us);
+  }
+  return {};
+}
+
+// Device kernels: the inputs staged in device memory, out / lse / workspace mirrored from `buf`
+// (guards filled with the sentinel on the device, payloads poisoned like the host ones), every
+// call on one stream, timed with events; then everything is copied back over `buf`, whose
+// contents the host checks then judge exactly as for a host kernel. Returns "" or the error.
+std::string execute_cuda(const Plan& pl, CaseData& data, const Calls& calls, RunBuffers& buf,
+                         std::vector<double>& times) {
+  const Expected<DeviceInputs>& in = data.get_device_inputs();
+  if (!in) return "staging the inputs in device memory failed: " + in.error().message;
+  Expected<gpu::Stream> stream_or = gpu::Stream::create();
+  if (!stream_or) return "gpu::Stream::create: " + stream_or.error().message;
+  const gpu::Stream& stream = *stream_or;
+  void* const s = stream.handle();
+  // buf's payloads are poisoned (RunBuffers::reset): the mirrors start with the same bytes.
+  Expected<DeviceGuardedBuffer> out = DeviceGuardedBuffer::mirror(buf.out, s);
+  if (!out) return "device out buffer: " + out.error().message;
+  Expected<DeviceGuardedBuffer> lse = DeviceGuardedBuffer::mirror(buf.lse, s);
+  if (!lse) return "device lse buffer: " + lse.error().message;
+  Expected<DeviceGuardedBuffer> ws = DeviceGuardedBuffer::mirror(buf.workspace, s);
+  if (!ws) return "device workspace: " + ws.error().message;
+
+  AttentionTensors t = in->tensors;
+  t.out = static_cast<float*>(out->data());
+  t.lse = calls.want_lse ? static_cast<float*>(lse->data()) : nullptr;
+  if (Status st = validate(data.get_inputs().problem, t); !st)
+    return "the harness built tensors that validate() rejects: " + st.message();
+  void* const workspace = ws->data();
+  for (int32_t i = 0; i < calls.warmup + calls.reps; ++i) {
+    auto enqueue = [&] { return run(pl, t, workspace, s); };
+    if (i < calls.warmup) {
+      if (Status st = enqueue(); !st) return "run() failed: " + st.message();
+      continue;
+    }
+    const Expected<double> ms = gpu::time_ms(s, enqueue);
+    if (!ms) return "run() failed: " + ms.error().message;
+    times.push_back(*ms * 1e3);
+  }
+  if (Status st = stream.synchronize(); !st) return "after run(): " + st.message();
+  if (Status st = gpu::last_error(); !st) return "after run(): " + st.message();
+  for (auto [dev, host] :
+       {std::pair{&*out, &buf.out}, std::pair{&*lse, &buf.lse}, std::pair{&*ws, &buf.workspace}})
+    if (Status st = dev->download(*host, s); !st) return "copying back: " + st.message();
+  if (Status st = stream.synchronize(); !st) return "copying back: " + st.message();
+  return {};
+}
+
 // Plans the case and runs it on one backend (test or perf mode).
 void run_backend(CaseData& data, const Plan& pl, const RunOptions& opt, CaseResult& r) {
-  if (!uses_host_memory(r.backend)) {
+  if (r.backend == Backend::cuda && cuda_device_count() == 0) {
     r.outcome = Outcome::skip;
-    r.message =
-        fmt::format("the harness cannot place inputs in {} memory yet", to_string(r.backend));
+    r.message = "no CUDA device is visible";
     return;
   }
   const CaseInputs& in = data.get_inputs();
@@ -247,33 +318,23 @@ void run_backend(CaseData& data, const Plan& pl, const RunOptions& opt, CaseResu
     return;
   }
   RunBuffers buf(in.problem, pl.workspace_bytes);
-  AttentionTensors t = in.tensors();
-  t.out = buf.out.as<float>();
+  Calls calls;
+  calls.warmup = opt.mode == Mode::perf ? opt.warmup : 0;
+  calls.reps = opt.mode == Mode::perf ? std::max(1, opt.reps) : 1;
   // Test mode asks for lse in every case; perf mode measures the plain call engines make.
-  t.lse = opt.mode == Mode::test ? buf.lse.as<float>() : nullptr;
-  if (Status st = validate(in.problem, t); !st) {
-    r.message = "the harness built tensors that validate() rejects: " + st.message();
-    return;
-  }
-
-  std::vector<std::string> failures;
-  std::vector<std::string> notes;
-  const int32_t warmup = opt.mode == Mode::perf ? opt.warmup : 0;
-  const int32_t reps = opt.mode == Mode::perf ? std::max(1, opt.reps) : 1;
+  calls.want_lse = opt.mode == Mode::test;
   std::vector<double> times;
-  for (int32_t i = 0; i < warmup + reps; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const Status st = run(pl, t, buf.workspace.data());
-    const double us = elapsed_us(t0);
-    if (!st) {
-      r.message = "run() failed: " + st.message();
-      return;
-    }
-    if (i >= warmup) times.push_back(us);
+  const std::string error = r.backend == Backend::cuda ? execute_cuda(pl, data, calls, buf, times)
+                                                       : execute_host(pl, in, calls, buf, times);
+  if (!error.empty()) {
+    r.message = error;
+    return;
   }
   std::sort(times.begin(), times.end());
   r.time_us = times[times.size() / 2];
 
+  std::vector<std::string> failures;
+  std::vector<std::string> notes;
   if (opt.mode == Mode::test) {
     inject_fault(opt.inject, buf);
     buf.add_guard_failures(failures);

@@ -6,7 +6,9 @@
 //   kvflash-parity --mode support -b all
 //
 // The last line is always "N passed, M failed[, K skipped]"; the exit code is 0 only when no case
-// failed and at least one passed.
+// failed and at least one passed. With --skip-unavailable, a requested backend that cannot run on
+// this machine (not built, no kernel, no CUDA device) is left out, and when none is left the tool
+// runs nothing and exits with 77, which CTest's SKIP_RETURN_CODE turns into a skipped test.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -19,6 +21,7 @@
 
 #include "case.hpp"
 #include "harness.hpp"
+#include "kvflash/device.hpp"
 #include "kvflash/registry.hpp"
 #include "name_filter.hpp"
 #include "report.hpp"
@@ -29,6 +32,7 @@ using namespace kvflash;
 using namespace kvflash::parity;
 
 constexpr int kExitUsage = 2;
+constexpr int kExitSkipped = 77;  // --skip-unavailable and no requested backend can run here
 
 // Backends that have at least one candidate built into the library, in enum order.
 std::vector<Backend> built_backends() {
@@ -48,21 +52,51 @@ std::string names(const std::vector<Backend>& bs) {
   return s.empty() ? "none" : s;
 }
 
+// Why a built backend cannot run on this machine, or "" when it can.
+std::string unavailable_reason(Backend b) {
+  if (b == Backend::cuda && cuda_device_count() == 0) return "no CUDA device is visible";
+  return {};
+}
+
+struct BackendChoice {
+  std::vector<Backend> run;
+  std::vector<std::string> left_out;  // --skip-unavailable: "<backend>: <why>"
+};
+
 // "all": every built backend; a name: that backend, which must be built (asking for a backend
-// that is not there is an error, never a silent pass).
-std::optional<std::vector<Backend>> resolve_backends(const std::string& which) {
+// that is not there is an error, never a silent pass). With skip_unavailable, a backend that
+// cannot run here is left out with its reason instead.
+std::optional<BackendChoice> resolve_backends(const std::string& which, bool skip_unavailable) {
   const std::vector<Backend> built = built_backends();
-  if (which == "all") return built;
-  const std::optional<Backend> b = backend_from_name(which);
-  if (!b) {
-    fmt::print(stderr, "unknown backend '{}': use cpu, cuda or all\n", which);
-    return std::nullopt;
+  BackendChoice choice;
+  std::vector<Backend> asked = built;
+  if (which != "all") {
+    const std::optional<Backend> b = backend_from_name(which);
+    if (!b) {
+      fmt::print(stderr, "unknown backend '{}': use cpu, cuda or all\n", which);
+      return std::nullopt;
+    }
+    if (std::find(built.begin(), built.end(), *b) == built.end()) {
+      const std::string why =
+          fmt::format("backend {} has no kernel in this build (built: {})", which, names(built));
+      if (!skip_unavailable) {
+        fmt::print(stderr, "{}\n", why);
+        return std::nullopt;
+      }
+      choice.left_out.push_back(
+          fmt::format("backend {}: no kernel in this build (built: {})", which, names(built)));
+    }
+    asked.clear();
+    if (choice.left_out.empty()) asked.push_back(*b);
   }
-  if (std::find(built.begin(), built.end(), *b) == built.end()) {
-    fmt::print(stderr, "backend {} has no kernel in this build (built: {})\n", which, names(built));
-    return std::nullopt;
+  for (Backend b : asked) {
+    const std::string why = skip_unavailable ? unavailable_reason(b) : std::string();
+    if (why.empty())
+      choice.run.push_back(b);
+    else
+      choice.left_out.push_back(fmt::format("backend {}: {}", to_string(b), why));
   }
-  return std::vector<Backend>{*b};
+  return choice;
 }
 
 }  // namespace
@@ -97,6 +131,10 @@ int main(int argc, char** argv) {
   app.add_flag("--all-kernels", opt.all_kernels,
                "run every candidate that accepts a case (forced by name), not only the preferred "
                "one: covers the paths other processors select (e.g. portable vs AVX-512)");
+  bool skip_unavailable = false;
+  app.add_flag("--skip-unavailable", skip_unavailable,
+               "leave out a requested backend that cannot run here (not built, no kernel, no CUDA "
+               "device); when none is left, run nothing and exit with 77 (CTest SKIP_RETURN_CODE)");
   app.add_option("--warmup", opt.warmup, "perf: untimed runs per case")->capture_default_str();
   app.add_option("--reps", opt.reps, "perf: timed runs per case (median reported)")
       ->capture_default_str();
@@ -132,9 +170,14 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  const std::optional<std::vector<Backend>> backends = resolve_backends(backend_name);
+  const std::optional<BackendChoice> backends = resolve_backends(backend_name, skip_unavailable);
   if (!backends) return kExitUsage;
-  opt.backends = *backends;
+  for (const std::string& why : backends->left_out) fmt::print("skipping {}\n", why);
+  if (backends->run.empty()) {
+    fmt::print("no requested backend can run here: skipped (exit code {})\n", kExitSkipped);
+    return kExitSkipped;
+  }
+  opt.backends = backends->run;
   std::optional<CsvWriter> csv;
   if (!csv_path.empty()) {
     csv.emplace(csv_path);

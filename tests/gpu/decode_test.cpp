@@ -1,0 +1,129 @@
+// The CUDA decode kernels against the float64 reference on device buffers: q tokens 1, 2, 8; GQA
+// 4 and 8; head dims 64, 128, 256, 576/512; f16, q8_0, q4_0, turbo3 and mixed q8_0/turbo4; kv
+// lengths 1 ... 70,000, a free batch slot (kv_len 0) and a sequence shorter than its queries.
+// Each case plans on the CUDA backend; a case no CUDA candidate accepts is skipped, saying why.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.hpp"
+#include "kvflash/formats.hpp"
+
+namespace kvflash::gputest {
+namespace {
+
+constexpr double kNmseBound = 1e-5;
+
+struct DecodeCase {
+  int32_t n_q_tokens;
+  int32_t n_q_heads;
+  int32_t n_kv_heads;
+  HeadDims head_dim;
+  KvType k_type;
+  KvType v_type;
+  std::vector<int64_t> lens;  // one per sequence
+};
+
+std::string case_name(const DecodeCase& c) {
+  std::string lens;
+  for (int64_t l : c.lens) lens += fmt::format("{}{}", lens.empty() ? "kv" : "_", l);
+  const std::string dims = c.head_dim.k == c.head_dim.v
+                               ? fmt::format("{}", c.head_dim.k)
+                               : fmt::format("{}x{}", c.head_dim.k, c.head_dim.v);
+  const std::string kv = c.v_type == c.k_type
+                             ? std::string(to_string(c.k_type))
+                             : fmt::format("{}_{}", to_string(c.k_type), to_string(c.v_type));
+  return fmt::format("q{}_h{}x{}_d{}_{}_{}", c.n_q_tokens, c.n_q_heads, c.n_kv_heads, dims, kv,
+                     lens);
+}
+
+std::vector<DecodeCase> decode_cases() {
+  using enum KvType;
+  const HeadDims d64{64, 64}, d128{128, 128}, d256{256, 256}, mla{576, 512};
+  return {
+      {1, 8, 2, d128, f16, f16, {1}},
+      {1, 8, 2, d64, q4_0, q4_0, {1}},
+      {1, 8, 2, d128, q8_0, q8_0, {100}},
+      {1, 16, 2, d128, q4_0, q4_0, {5000}},
+      {1, 8, 2, d128, turbo3, turbo3, {5000}},
+      {1, 16, 2, d128, q8_0, turbo4, {70000}},
+      {1, 8, 2, d128, f16, f16, {70000}},
+      {2, 8, 2, d64, f16, f16, {100}},
+      {2, 16, 2, d128, q8_0, q8_0, {5000}},
+      {8, 8, 2, d256, q8_0, q8_0, {5000}},
+      {8, 8, 2, d128, q4_0, q4_0, {100}},
+      {1, 8, 1, mla, f16, f16, {5000}},
+      {2, 8, 1, mla, q8_0, q8_0, {1000}},
+      // a free batch slot: the second sequence holds nothing (zeros, lse -inf)
+      {1, 8, 2, d128, q8_0, q8_0, {100, 0}},
+      // the second sequence holds fewer tokens than there are queries: under the causal mask its
+      // first queries see nothing
+      {8, 8, 2, d128, f16, f16, {5000, 3}},
+  };
+}
+
+// What gtest (and CTest's test list) shows for a case: its name, not its bytes.
+void PrintTo(const DecodeCase& c, std::ostream* os) {
+  *os << case_name(c);
+}
+
+class CudaDecode : public ::testing::TestWithParam<DecodeCase> {};
+
+TEST_P(CudaDecode, MatchesTheFloat64Reference) {
+  KVFLASH_REQUIRE_GPU();
+  const DecodeCase& c = GetParam();
+  std::vector<int64_t> lens = c.lens;
+  for (int64_t& l : lens) l = quick_len(l);
+  AttentionProblem p;
+  p.n_seqs = static_cast<int32_t>(lens.size());
+  p.n_q_tokens = c.n_q_tokens;
+  p.n_q_heads = c.n_q_heads;
+  p.n_kv_heads = c.n_kv_heads;
+  p.head_dim = c.head_dim;
+  p.k_type = c.k_type;
+  p.v_type = c.v_type;
+  p.kv_capacity = std::max<int64_t>(1, *std::max_element(lens.begin(), lens.end()));
+
+  const Expected<Plan> pl = plan_cuda(p);
+  if (!pl && pl.error().code == ErrorCode::unsupported)
+    GTEST_SKIP() << "no CUDA candidate accepts " << describe(p) << ": "
+                 << pl.error().message.substr(0, pl.error().message.find('\n'));
+  ASSERT_TRUE(pl.ok()) << pl.error().message;
+
+  const HostInputs in = make_inputs(p, lens, std::hash<std::string>{}(case_name(c)));
+  Reference ref;
+  KVFLASH_ASSIGN_OR_FAIL(ref, reference(in));
+  gpu::Stream stream;
+  KVFLASH_ASSIGN_OR_FAIL(stream, gpu::Stream::create());
+  DeviceInputs dev;
+  KVFLASH_ASSIGN_OR_FAIL(dev, stage(in, stream.handle()));
+  DeviceOutputs o;
+  KVFLASH_ASSIGN_OR_FAIL(o, allocate_outputs(*pl, stream.handle()));
+
+  KVFLASH_ASSERT_OK(run(*pl, with_outputs(dev.tensors, o), o.workspace.data(), stream.handle()));
+  HostOutputs got;
+  KVFLASH_ASSIGN_OR_FAIL(got, read_outputs(o, stream));
+  KVFLASH_ASSERT_OK(gpu::last_error());
+  std::string guards;
+  KVFLASH_ASSIGN_OR_FAIL(guards, o.check_guards(stream));
+  EXPECT_EQ(guards, "") << pl->kernel->name;
+
+  const Comparison cmp = compare(p, got, ref);
+  EXPECT_EQ(cmp.non_finite, 0) << pl->kernel->name << ": " << cmp.summary();
+  EXPECT_EQ(cmp.empty_rows_not_zero, 0) << pl->kernel->name << ": " << cmp.summary();
+  EXPECT_LE(cmp.nmse, kNmseBound) << pl->kernel->name << ": " << cmp.summary();
+  EXPECT_EQ(cmp.lse_bad, 0) << pl->kernel->name << ": " << cmp.summary();
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaDecode, ::testing::ValuesIn(decode_cases()),
+                         [](const ::testing::TestParamInfo<DecodeCase>& param_info) {
+                           return case_name(param_info.param);
+                         });
+
+}  // namespace
+}  // namespace kvflash::gputest

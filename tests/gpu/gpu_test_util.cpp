@@ -1,0 +1,276 @@
+#include "gpu_test_util.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string_view>
+
+#include "kvflash/formats.hpp"
+#include "kvflash/reference.hpp"
+
+namespace kvflash::gputest {
+namespace {
+
+int64_t out_rows(const AttentionProblem& p) {
+  return int64_t{p.n_seqs} * p.n_q_tokens * p.n_q_heads;
+}
+
+std::string row_label(const AttentionProblem& p, int64_t row) {
+  const int64_t h = row % p.n_q_heads;
+  const int64_t i = row / p.n_q_heads % p.n_q_tokens;
+  const int64_t s = row / p.n_q_heads / p.n_q_tokens;
+  return fmt::format("seq {}, token {}, head {}", s, i, h);
+}
+
+std::vector<float> as_floats(const std::vector<uint8_t>& bytes) {
+  std::vector<float> f(bytes.size() / sizeof(float));
+  std::memcpy(f.data(), bytes.data(), f.size() * sizeof(float));
+  return f;
+}
+
+}  // namespace
+
+bool quick() {
+  const char* v = std::getenv("KVFLASH_GPU_TEST_QUICK");
+  return v != nullptr && std::string_view(v) != "" && std::string_view(v) != "0";
+}
+
+int64_t quick_len(int64_t len) {
+  return quick() ? std::min(len, kQuickMaxLen) : len;
+}
+
+AttentionTensors HostInputs::tensors() const {
+  AttentionTensors t;
+  t.q = q.data();
+  t.k = kv_tensor_contiguous(k.data(), p.k_type, p.head_dim.k, p.n_kv_heads, p.kv_capacity);
+  t.v = kv_tensor_contiguous(v.data(), p.v_type, p.head_dim.v, p.n_kv_heads, p.kv_capacity);
+  t.kv_lens = kv_lens.data();
+  return t;
+}
+
+HostInputs make_inputs(const AttentionProblem& p, const std::vector<int64_t>& filled,
+                       uint64_t seed) {
+  HostInputs in;
+  in.p = p;
+  in.kv_lens = filled;
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  in.q.resize(static_cast<size_t>(out_rows(p)) * p.head_dim.k);
+  for (float& x : in.q) x = g(rng);
+  auto fill = [&](KvType t, int32_t d, std::vector<uint8_t>& dst) {
+    const size_t row = row_size(t, d);
+    const auto seq_bytes = static_cast<size_t>(p.kv_capacity * p.n_kv_heads) * row;
+    dst.assign(seq_bytes * static_cast<size_t>(p.n_seqs), uint8_t{0xFF});
+    for (int32_t s = 0; s < p.n_seqs; ++s) {
+      const int64_t rows = filled[static_cast<size_t>(s)] * p.n_kv_heads;
+      std::vector<float> src(static_cast<size_t>(rows) * d);
+      for (float& x : src) x = g(rng);
+      quantize_rows(t, src.data(), rows, d, dst.data() + seq_bytes * static_cast<size_t>(s));
+    }
+  };
+  fill(p.k_type, p.head_dim.k, in.k);
+  fill(p.v_type, p.head_dim.v, in.v);
+  return in;
+}
+
+Expected<Reference> reference(const HostInputs& in) {
+  const AttentionProblem& p = in.p;
+  Reference ref;
+  const int64_t rows = out_rows(p);
+  std::vector<float> out(static_cast<size_t>(rows) * p.head_dim.v);
+  ref.out.resize(out.size());
+  ref.lse.resize(static_cast<size_t>(rows));
+  AttentionTensors t = in.tensors();
+  t.out = out.data();
+  t.lse = ref.lse.data();
+  if (Status s = reference_attention(p, t, ref.out.data()); !s) return s.error();
+  return ref;
+}
+
+// GuardedDevice
+
+Expected<GuardedDevice> GuardedDevice::allocate(size_t bytes, void* stream) {
+  GuardedDevice g;
+  Expected<gpu::DeviceBuffer> b = gpu::DeviceBuffer::allocate(bytes + 2 * kGuardBytes);
+  if (!b) return b.error();
+  g.buf_ = std::move(*b);
+  g.bytes_ = bytes;
+  if (Status s = gpu::fill(g.buf_.data(), kSentinel, g.buf_.size(), stream); !s) return s.error();
+  return g;
+}
+
+void* GuardedDevice::data() const {
+  return static_cast<uint8_t*>(buf_.data()) + kGuardBytes;
+}
+
+Status GuardedDevice::poison(void* stream) const {
+  return gpu::fill(data(), kPoison, bytes_, stream);
+}
+
+Expected<std::string> GuardedDevice::check_guards(const gpu::Stream& stream) const {
+  std::vector<uint8_t> head(kGuardBytes), tail(kGuardBytes);
+  const auto* base = static_cast<const uint8_t*>(buf_.data());
+  if (Status s = gpu::copy(head.data(), base, kGuardBytes, stream.handle()); !s) return s.error();
+  if (Status s = gpu::copy(tail.data(), base + kGuardBytes + bytes_, kGuardBytes, stream.handle());
+      !s)
+    return s.error();
+  if (Status s = stream.synchronize(); !s) return s.error();
+  // Report the damaged byte nearest to the payload: that is where an overrun starts.
+  for (size_t i = kGuardBytes; i-- > 0;)
+    if (head[i] != kSentinel)
+      return fmt::format("write {} bytes before the buffer (byte = 0x{:02x})", kGuardBytes - i,
+                         head[i]);
+  for (size_t i = 0; i < kGuardBytes; ++i)
+    if (tail[i] != kSentinel)
+      return fmt::format("write {} bytes past the end of the {}-byte buffer (byte = 0x{:02x})",
+                         i + 1, bytes_, tail[i]);
+  return std::string();
+}
+
+// Device inputs and outputs
+
+Expected<DeviceInputs> stage(const HostInputs& in, void* stream) {
+  DeviceInputs d;
+  auto upload = [&](const void* src, size_t bytes, gpu::DeviceBuffer& dst) -> Status {
+    Expected<gpu::DeviceBuffer> b = gpu::DeviceBuffer::allocate(bytes);
+    if (!b) return b.error();
+    dst = std::move(*b);
+    return gpu::copy(dst.data(), src, bytes, stream);
+  };
+  if (Status s = upload(in.q.data(), in.q.size() * sizeof(float), d.q); !s) return s.error();
+  if (Status s = upload(in.k.data(), in.k.size(), d.k); !s) return s.error();
+  if (Status s = upload(in.v.data(), in.v.size(), d.v); !s) return s.error();
+  if (Status s = upload(in.kv_lens.data(), in.kv_lens.size() * sizeof(int64_t), d.kv_lens); !s)
+    return s.error();
+  const AttentionProblem& p = in.p;
+  d.tensors.q = static_cast<const float*>(d.q.data());
+  d.tensors.k =
+      kv_tensor_contiguous(d.k.data(), p.k_type, p.head_dim.k, p.n_kv_heads, p.kv_capacity);
+  d.tensors.v =
+      kv_tensor_contiguous(d.v.data(), p.v_type, p.head_dim.v, p.n_kv_heads, p.kv_capacity);
+  d.tensors.kv_lens = static_cast<const int64_t*>(d.kv_lens.data());
+  return d;
+}
+
+Status DeviceOutputs::poison(void* stream) const {
+  for (const GuardedDevice* g : {&out, &lse, &workspace})
+    if (Status s = g->poison(stream); !s) return s;
+  return {};
+}
+
+Expected<std::string> DeviceOutputs::check_guards(const gpu::Stream& stream) const {
+  std::string all;
+  for (auto [name, g] :
+       {std::pair{"out", &out}, std::pair{"lse", &lse}, std::pair{"workspace", &workspace}}) {
+    Expected<std::string> hit = g->check_guards(stream);
+    if (!hit) return hit.error();
+    if (!hit->empty()) all += fmt::format("{}{}: {}", all.empty() ? "" : "; ", name, *hit);
+  }
+  return all;
+}
+
+Expected<DeviceOutputs> allocate_outputs(const Plan& pl, void* stream) {
+  const AttentionProblem& p = pl.problem;
+  const auto rows = static_cast<size_t>(out_rows(p));
+  DeviceOutputs o;
+  Expected<GuardedDevice> out =
+      GuardedDevice::allocate(rows * p.head_dim.v * sizeof(float), stream);
+  if (!out) return out.error();
+  o.out = std::move(*out);
+  Expected<GuardedDevice> lse = GuardedDevice::allocate(rows * sizeof(float), stream);
+  if (!lse) return lse.error();
+  o.lse = std::move(*lse);
+  Expected<GuardedDevice> ws = GuardedDevice::allocate(pl.workspace_bytes, stream);
+  if (!ws) return ws.error();
+  o.workspace = std::move(*ws);
+  if (Status s = o.poison(stream); !s) return s.error();
+  return o;
+}
+
+AttentionTensors with_outputs(AttentionTensors t, const DeviceOutputs& o) {
+  t.out = static_cast<float*>(o.out.data());
+  t.lse = static_cast<float*>(o.lse.data());
+  return t;
+}
+
+Expected<HostOutputs> read_outputs(const DeviceOutputs& o, const gpu::Stream& stream) {
+  HostOutputs h;
+  std::vector<uint8_t> out(o.out.size()), lse(o.lse.size());
+  if (Status s = gpu::copy(out.data(), o.out.data(), out.size(), stream.handle()); !s)
+    return s.error();
+  if (Status s = gpu::copy(lse.data(), o.lse.data(), lse.size(), stream.handle()); !s)
+    return s.error();
+  if (Status s = stream.synchronize(); !s) return s.error();
+  h.out = as_floats(out);
+  h.lse = as_floats(lse);
+  return h;
+}
+
+// Comparison
+
+std::string Comparison::summary() const {
+  return fmt::format("NMSE {:.3g}, {} non-finite, {} empty rows not zero, {} bad lse{}{}", nmse,
+                     non_finite, empty_rows_not_zero, lse_bad, first_problem.empty() ? "" : "; ",
+                     first_problem);
+}
+
+Comparison compare(const AttentionProblem& p, const HostOutputs& got, const Reference& ref) {
+  Comparison c;
+  const int64_t rows = out_rows(p);
+  const int32_t dv = p.head_dim.v;
+  double err2 = 0.0, ref2 = 0.0;
+  auto note = [&](std::string what) {
+    if (c.first_problem.empty()) c.first_problem = std::move(what);
+  };
+  for (int64_t r = 0; r < rows; ++r) {
+    const double* rr = ref.out.data() + r * dv;
+    const float* gr = got.out.data() + r * dv;
+    const bool empty = std::all_of(rr, rr + dv, [](double x) { return x == 0.0; });
+    bool row_nonzero = false;
+    for (int32_t d = 0; d < dv; ++d) {
+      if (!std::isfinite(gr[d])) {
+        ++c.non_finite;
+        note(fmt::format("out[{}, dim {}] = {}", row_label(p, r), d, gr[d]));
+        continue;
+      }
+      row_nonzero |= gr[d] != 0.0f;
+      const double e = double{gr[d]} - rr[d];
+      err2 += e * e;
+      ref2 += rr[d] * rr[d];
+    }
+    if (empty && row_nonzero) {
+      ++c.empty_rows_not_zero;
+      note(fmt::format("row [{}] sees no key but is not zero", row_label(p, r)));
+    }
+    // lse: -inf exactly where the reference is; elsewhere within tol * max(1, |ref|). An NMSE
+    // bound of 1e-5 allows relative weight errors of about sqrt(1e-5).
+    constexpr double kLseTol = 3.2e-3;
+    const float gl = got.lse[static_cast<size_t>(r)];
+    const float rl = ref.lse[static_cast<size_t>(r)];
+    const bool ok = std::isinf(rl)
+                        ? gl == rl
+                        : std::isfinite(gl) && std::abs(double{gl} - rl) <=
+                                                   kLseTol * std::max(1.0, double{std::abs(rl)});
+    if (!ok) {
+      ++c.lse_bad;
+      note(fmt::format("lse[{}] = {}, reference {}", row_label(p, r), gl, rl));
+    }
+  }
+  c.nmse = ref2 > 0.0 ? err2 / ref2 : err2;
+  return c;
+}
+
+Expected<Plan> plan_cuda(const AttentionProblem& p, const std::string& force) {
+  PlanOptions opt;
+  opt.select.backend = Backend::cuda;
+  opt.select.force = force;
+  opt.select.read_environment = false;
+  return plan(p, opt);
+}
+
+}  // namespace kvflash::gputest

@@ -1,0 +1,131 @@
+// Shared pieces of the GPU tests: random inputs on the host, their device copies, guarded device
+// outputs, the float64 reference and the comparison. Every test of this folder skips without a
+// CUDA device (KVFLASH_REQUIRE_GPU) and, where a problem has no CUDA kernel, says so in its skip.
+//
+// KVFLASH_GPU_TEST_QUICK=1 shortens the long cases for compute-sanitizer runs: quick() is true and
+// kv lengths are capped by quick_len(). On an H200 the whole executable took 7 s plain, 6 s under
+// memcheck and 20 s under racecheck; 4 s and 14 s quick (most of it the float64 reference).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kvflash/device.hpp"
+#include "kvflash/problem.hpp"
+#include "kvflash/registry.hpp"
+#include "kvflash/status.hpp"
+
+#define KVFLASH_REQUIRE_GPU()                                                  \
+  do {                                                                         \
+    if (::kvflash::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"; \
+  } while (0)
+
+#define KVFLASH_CONCAT_INNER(a, b) a##b
+#define KVFLASH_CONCAT(a, b) KVFLASH_CONCAT_INNER(a, b)
+// lhs = *expr, or a fatal failure with the error's message (only in void functions and tests).
+#define KVFLASH_ASSIGN_OR_FAIL(lhs, expr)                                      \
+  auto KVFLASH_CONCAT(expected_, __LINE__) = (expr);                           \
+  ASSERT_TRUE(KVFLASH_CONCAT(expected_, __LINE__).ok())                        \
+      << #expr << ": " << KVFLASH_CONCAT(expected_, __LINE__).error().message; \
+  lhs = std::move(*KVFLASH_CONCAT(expected_, __LINE__))
+#define KVFLASH_ASSERT_OK(expr)                            \
+  do {                                                     \
+    const ::kvflash::Status s_ = (expr);                   \
+    ASSERT_TRUE(s_.ok()) << #expr << ": " << s_.message(); \
+  } while (0)
+
+namespace kvflash::gputest {
+
+// KVFLASH_GPU_TEST_QUICK set to anything but "" or "0".
+bool quick();
+// `len`, or at most kQuickMaxLen in quick mode.
+inline constexpr int64_t kQuickMaxLen = 4097;
+int64_t quick_len(int64_t len);
+
+// Host inputs in the contiguous (seq, token, head) layout for kv_capacity tokens. Rows of tokens
+// at or past filled[s] hold 0xFF bytes (NaN in every format), so a kernel reading past a
+// sequence's length produces NaN.
+struct HostInputs {
+  AttentionProblem p;
+  std::vector<float> q;
+  std::vector<uint8_t> k, v;
+  std::vector<int64_t> kv_lens;  // what the kernel is told (always passed, as a device array)
+
+  // Host tensors (the reference's); out and lse left null.
+  AttentionTensors tensors() const;
+};
+HostInputs make_inputs(const AttentionProblem& p, const std::vector<int64_t>& filled,
+                       uint64_t seed);
+
+struct Reference {
+  std::vector<double> out;
+  std::vector<float> lse;
+};
+// The float64 reference at in.kv_lens.
+Expected<Reference> reference(const HostInputs& in);
+
+// Device memory with kGuardBytes of sentinel (0xA5, filled on the device) before and after the
+// payload, so a kernel that writes outside what it was given is caught.
+class GuardedDevice {
+ public:
+  static constexpr size_t kGuardBytes = 4096;
+  static constexpr uint8_t kSentinel = 0xA5;
+  static constexpr uint8_t kPoison = 0xFF;  // NaN as f32
+
+  GuardedDevice() = default;
+  static Expected<GuardedDevice> allocate(size_t bytes, void* stream);
+  void* data() const;
+  size_t size() const { return bytes_; }
+  // Payload := kPoison bytes, on `stream`.
+  Status poison(void* stream) const;
+  // "" when both guards hold the sentinel, else where the first damaged byte is (synchronizes).
+  Expected<std::string> check_guards(const gpu::Stream& stream) const;
+
+ private:
+  gpu::DeviceBuffer buf_;
+  size_t bytes_ = 0;
+};
+
+// Device copies of a HostInputs; kv_lens is a device array.
+struct DeviceInputs {
+  gpu::DeviceBuffer q, k, v, kv_lens;
+  AttentionTensors tensors;  // device pointers; out and lse left null
+};
+Expected<DeviceInputs> stage(const HostInputs& in, void* stream);
+
+// out, lse and workspace of one plan, guarded, with the tensors that point at them.
+struct DeviceOutputs {
+  GuardedDevice out, lse, workspace;
+  Status poison(void* stream) const;
+  // Guard damage of all three, "" when none (synchronizes).
+  Expected<std::string> check_guards(const gpu::Stream& stream) const;
+};
+Expected<DeviceOutputs> allocate_outputs(const Plan& pl, void* stream);
+AttentionTensors with_outputs(AttentionTensors t, const DeviceOutputs& o);
+
+// The outputs read back as floats (synchronizes the stream).
+struct HostOutputs {
+  std::vector<float> out, lse;
+};
+Expected<HostOutputs> read_outputs(const DeviceOutputs& o, const gpu::Stream& stream);
+
+// A kernel's outputs against the reference.
+struct Comparison {
+  double nmse = 0.0;                // over all rows, sum((out - ref)^2) / sum(ref^2)
+  int64_t non_finite = 0;           // NaN / inf in out
+  int64_t empty_rows_not_zero = 0;  // rows the reference leaves zero (nothing visible) not zero
+  int64_t lse_bad = 0;              // lse off by more than tol * max(1, |ref|), or not -inf where
+                                    // the reference is -inf
+  std::string first_problem;        // the first of the above, located
+  std::string summary() const;
+};
+Comparison compare(const AttentionProblem& p, const HostOutputs& got, const Reference& ref);
+
+// A plan on the CUDA backend, or the reason there is none (unsupported: the test skips).
+Expected<Plan> plan_cuda(const AttentionProblem& p, const std::string& force = {});
+
+}  // namespace kvflash::gputest

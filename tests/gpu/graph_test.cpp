@@ -1,0 +1,96 @@
+// One CUDA graph serves every length: a run() captured once for kv_capacity 40,000, replayed after
+// the device kv_lens array is updated (outside the graph), must give bit for bit what an eager
+// run() at the same lengths gives, and match the float64 reference.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "gpu_test_util.hpp"
+
+namespace kvflash::gputest {
+namespace {
+
+constexpr double kNmseBound = 1e-5;
+constexpr int64_t kCapacity = 40000;
+
+TEST(CudaGraph, OneCaptureServesEveryLength) {
+  KVFLASH_REQUIRE_GPU();
+  AttentionProblem p;
+  p.n_seqs = 2;
+  p.n_q_tokens = 1;
+  p.n_q_heads = 8;
+  p.n_kv_heads = 2;
+  p.head_dim = {128, 128};
+  p.k_type = KvType::q8_0;
+  p.v_type = KvType::q8_0;
+  p.kv_capacity = kCapacity;
+  const Expected<Plan> pl = plan_cuda(p);
+  if (!pl && pl.error().code == ErrorCode::unsupported)
+    GTEST_SKIP() << "no CUDA candidate accepts " << describe(p) << ": "
+                 << pl.error().message.substr(0, pl.error().message.find('\n'));
+  ASSERT_TRUE(pl.ok()) << pl.error().message;
+
+  // Every row of the capacity holds data: the cache is full, the lengths say how much counts.
+  HostInputs in = make_inputs(p, {kCapacity, kCapacity}, 7);
+  gpu::Stream stream;
+  KVFLASH_ASSIGN_OR_FAIL(stream, gpu::Stream::create());
+  void* const s = stream.handle();
+  DeviceInputs dev;
+  KVFLASH_ASSIGN_OR_FAIL(dev, stage(in, s));
+  DeviceOutputs graph_out, eager_out;
+  KVFLASH_ASSIGN_OR_FAIL(graph_out, allocate_outputs(*pl, s));
+  KVFLASH_ASSIGN_OR_FAIL(eager_out, allocate_outputs(*pl, s));
+  KVFLASH_ASSERT_OK(stream.synchronize());
+
+  const AttentionTensors graph_t = with_outputs(dev.tensors, graph_out);
+  const AttentionTensors eager_t = with_outputs(dev.tensors, eager_out);
+  gpu::Graph graph;
+  KVFLASH_ASSIGN_OR_FAIL(graph, gpu::Graph::capture(s, [&] {
+                           return run(*pl, graph_t, graph_out.workspace.data(), s);
+                         }));
+  EXPECT_GT(graph.kernel_nodes(), 0u) << pl->kernel->name;
+
+  std::vector<int64_t> lengths = {1, 17, 4096, 4097, 39999, 40000};
+  if (quick()) std::erase_if(lengths, [](int64_t l) { return l > kQuickMaxLen && l != kCapacity; });
+  for (const int64_t len : lengths) {
+    SCOPED_TRACE(::testing::Message() << pl->kernel->name << ", kv_lens {" << len << ", "
+                                      << std::max<int64_t>(1, len / 3) << "}");
+    const std::vector<int64_t> lens = {len, std::max<int64_t>(1, len / 3)};
+    KVFLASH_ASSERT_OK(gpu::copy(dev.kv_lens.data(), lens.data(), sizeof(int64_t) * 2, s));
+    KVFLASH_ASSERT_OK(graph_out.poison(s));
+    KVFLASH_ASSERT_OK(graph.launch(s));
+    KVFLASH_ASSERT_OK(eager_out.poison(s));
+    KVFLASH_ASSERT_OK(run(*pl, eager_t, eager_out.workspace.data(), s));
+    HostOutputs from_graph, eager;
+    KVFLASH_ASSIGN_OR_FAIL(from_graph, read_outputs(graph_out, stream));
+    KVFLASH_ASSIGN_OR_FAIL(eager, read_outputs(eager_out, stream));
+    KVFLASH_ASSERT_OK(gpu::last_error());
+    std::string guards;
+    KVFLASH_ASSIGN_OR_FAIL(guards, graph_out.check_guards(stream));
+    EXPECT_EQ(guards, "");
+    KVFLASH_ASSIGN_OR_FAIL(guards, eager_out.check_guards(stream));
+    EXPECT_EQ(guards, "");
+
+    EXPECT_EQ(
+        std::memcmp(from_graph.out.data(), eager.out.data(), from_graph.out.size() * sizeof(float)),
+        0)
+        << "graph replay and eager run differ in out";
+    EXPECT_EQ(
+        std::memcmp(from_graph.lse.data(), eager.lse.data(), from_graph.lse.size() * sizeof(float)),
+        0)
+        << "graph replay and eager run differ in lse";
+
+    in.kv_lens = lens;
+    Reference ref;
+    KVFLASH_ASSIGN_OR_FAIL(ref, reference(in));
+    const Comparison cmp = compare(p, from_graph, ref);
+    EXPECT_EQ(cmp.non_finite, 0) << cmp.summary();
+    EXPECT_LE(cmp.nmse, kNmseBound) << cmp.summary();
+    EXPECT_EQ(cmp.lse_bad, 0) << cmp.summary();
+  }
+}
+
+}  // namespace
+}  // namespace kvflash::gputest
