@@ -4,12 +4,14 @@
 # the benchmarks, and write everything into the folder named as the first argument:
 #   env.txt      GPU, driver, compilers
 #   build.txt    the build log
-#   ctest.txt    all tests
+#   ctest.txt    the GPU tests (label gpu; KVFLASH_GPU_RUN_ALL_TESTS=1 runs every test)
 #   sanitizer.txt compute-sanitizer over the GPU tests
-#   bench_cpu.csv, bench_cuda.csv (+ .err)  kvflash-bench results (CPU; CUDA once the backend
-#                registers kernels)
+#   bench_cuda.csv (+ .err)  kvflash-bench CUDA decode: every type at 4K..1M, the mixed pairs,
+#                GQA 8, head dim 256, 8 query tokens
+#   bench_cuda_sweep.csv (+ .err)  f16 and q4_0 over every power of two 1K..1M and close pairs
+#   summary.md   both as tables: % of read bandwidth, straight-line fit and steps (also printed)
 #   bench_sdpa.csv (+ .err)  the fair peer: PyTorch scaled_dot_product_attention (cuDNN and flash
-#                backends, f16/bf16) on the same GPU, 32/8 heads, D 128, depths 4K/32K/128K, 1
+#                backends, f16/bf16) on the same GPU, 32/8 heads, D 128, depths 4K/32K/128K/1M, 1
 #                and 8 query tokens (scripts/bench_sdpa.py); needs python3 with torch, else .err
 #                says it was skipped
 #   compare_sdpa.md  kvflash vs SDPA, one table per shape (scripts/compare_sdpa.py); also printed
@@ -51,33 +53,55 @@ if [ $build_rc -ne 0 ]; then
   echo "build failed ($build_rc)"; tail -n 40 "$out/build.txt"; exit $build_rc
 fi
 
-ctest --test-dir build/gpu -j "$jobs" --output-on-failure > "$out/ctest.txt" 2>&1
+ctest --test-dir build/gpu -j "$jobs" ${KVFLASH_GPU_RUN_ALL_TESTS:+} ${KVFLASH_GPU_RUN_ALL_TESTS:--L gpu} --output-on-failure > "$out/ctest.txt" 2>&1
 ctest_rc=$?
 tail -n 5 "$out/ctest.txt"
 
-# compute-sanitizer over every GPU test executable (label gpu); none are registered before the
-# CUDA kernels land, which the file then says.
+# compute-sanitizer over every GPU test executable (label gpu), shortened cases
+# (KVFLASH_GPU_TEST_QUICK=1), plus the CUDA parity cases of up to 5000 tokens under memcheck.
 {
   gpu_tests=$(ctest --test-dir build/gpu -L gpu -N 2>/dev/null | grep -c "Test *#")
   echo "GPU tests: $gpu_tests"
   for exe in build/gpu/tests/test_gpu_*; do
     [ -x "$exe" ] || continue
     for tool in memcheck racecheck; do
-      echo "== $tool $exe"; compute-sanitizer --tool "$tool" --error-exitcode 1 "$exe"; echo "rc=$?"
+      echo "== $tool $exe"
+      KVFLASH_GPU_TEST_QUICK=1 compute-sanitizer --tool "$tool" --error-exitcode 1 "$exe"
+      echo "rc=$?"
     done
   done
+  echo "== memcheck kvflash-parity --backend cuda (kv <= 5000)"
+  compute-sanitizer --tool memcheck --error-exitcode 1 build/gpu/tools/parity/kvflash-parity \
+    --backend cuda --filter 'kv(1|2|9|31|33|63|64|65|129)(_|$)' | tail -n 3
+  echo "rc=$?"
 } > "$out/sanitizer.txt" 2>&1
+grep -E "^== |rc=|ERROR SUMMARY|RACECHECK SUMMARY" "$out/sanitizer.txt"
 
 bench=build/gpu/tools/bench/kvflash-bench
-$bench --backend cpu -ctk f16,q8_0,q4_0,turbo3 -d 32768 -r 5 -o csv > "$out/bench_cpu.csv" 2> "$out/bench_cpu.err"
-$bench --backend cuda -ctk f16,q8_0,q4_0,turbo3,turbo4 -d 4096-1048576*4 -r 20 -o csv \
-  > "$out/bench_cuda.csv" 2> "$out/bench_cuda.err"
+common=(--backend cuda -r 30 --warmup 5 --no-progress -o csv)
+# Issue 4's table: every type at 4K/32K/128K/1M (32/8, D 128, one token), then the mixed pair,
+# GQA 8, head dim 256 and 8 query tokens.
+{
+  $bench "${common[@]}" -ctk f16,bf16,q8_0,q4_0,turbo2,turbo3,turbo4 -d 4096,32768,131072,1048576
+  $bench "${common[@]}" -ctk q8_0 -ctv turbo4,q4_0 -d 4096,32768,131072 | tail -n +2
+  $bench "${common[@]}" -ctk f16,q8_0,q4_0,turbo3 --heads 32/4 -d 32768,131072 | tail -n +2
+  $bench "${common[@]}" -ctk f16,q8_0,q4_0,turbo3 --head-dim 256 -d 32768,131072 | tail -n +2
+  $bench "${common[@]}" -ctk f16,q8_0,q4_0,turbo3 -n 8 -d 4096,32768,131072 | tail -n +2
+} > "$out/bench_cuda.csv" 2> "$out/bench_cuda.err"
 echo "cuda bench rc=$? $(head -c 300 "$out/bench_cuda.err")"
+# Any-length sweep: every power of two 1K..1M and the odd neighbours of internal boundaries.
+$bench "${common[@]}" -ctk f16,q4_0 \
+  -d 1024-1048576*2,2047,2049,4863,4865,262143,262145 > "$out/bench_cuda_sweep.csv" \
+  2> "$out/bench_cuda_sweep.err"
+echo "cuda sweep rc=$?"
+python3 scripts/summarize_bench.py "$out/bench_cuda.csv" "$out/bench_cuda_sweep.csv" \
+  > "$out/summary.md" 2>&1
+cat "$out/summary.md"
 
 # The fair peer (about 20 s with torch's start): PyTorch SDPA on the same shapes, then both side
 # by side. A machine without torch only logs that; nothing here changes the exit code.
 if python3 -c 'import torch' > /dev/null 2>&1; then
-  python3 scripts/bench_sdpa.py --heads 32/8 --head-dim 128 -d 4096,32768,131072 -n 1,8 \
+  python3 scripts/bench_sdpa.py --heads 32/8 --head-dim 128 -d 4096,32768,131072,1048576 -n 1,8 \
     -o "$out/bench_sdpa.csv" 2> "$out/bench_sdpa.err"
   echo "sdpa bench rc=$? $(tail -n 1 "$out/bench_sdpa.err")"
 else

@@ -178,9 +178,9 @@ Status run_decode(const Plan& plan, const AttentionTensors& t, void* workspace, 
   if (cudaError_t e = cudaPeekAtLastError(); e != cudaSuccess)
     return cuda_error(e, "cuda.decode launch");
   if (plan.n_splits > 1) {
-    const int64_t rows = int64_t{p.n_seqs} * p.n_kv_heads * d.rows;
-    const dim3 mgrid(static_cast<unsigned>((rows + kWarps - 1) / kWarps));
-    merge_launch(p.v_type)(d, mgrid, size_t{kWarps} * l.dvc * sizeof(float), stream);
+    const int64_t rows = int64_t{p.n_seqs} * p.n_kv_heads * d.rows;  // one CTA per row
+    merge_launch(p.v_type)(d, dim3(static_cast<unsigned>(rows)),
+                           size_t{kWarps} * l.dvc * sizeof(float), stream);
     if (cudaError_t e = cudaPeekAtLastError(); e != cudaSuccess)
       return cuda_error(e, "cuda.decode merge launch");
   }

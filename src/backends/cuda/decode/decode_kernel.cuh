@@ -591,32 +591,33 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
 
         // S = Q.K^T for 16 keys: n-tile n holds keys j0 + 8n + (0..7); this thread loads key
         // row 8n + g and holds scores of keys 8n + 2t, 8n + 2t + 1 for rows g, g + 8.
-        float sc[2][4];
+        float sc[2][4] = {};
+        const uint8_t* krow[2];
 #pragma unroll
-        for (int n = 0; n < 2; ++n) {
-          sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
-          const int r = 16 * s + 8 * n + g;
-          const uint8_t* krow =
-              ks + r * p.sk_stride + row_offset(k_base, p.k_st, p.k_unit, j0 + 8 * n + g);
-          const uint4* qf = q_frag + (mt * (p.dkc / 16)) * 32 + lane;
-          for (int b = 0; b < p.dkc / 32; ++b) {
-            const uint4 a0 = qf[(2 * b) * 32], a1 = qf[(2 * b + 1) * 32];
+        for (int n = 0; n < 2; ++n)
+          krow[n] = ks + (16 * s + 8 * n + g) * p.sk_stride +
+                    row_offset(k_base, p.k_st, p.k_unit, j0 + 8 * n + g);
+        const uint4* qf = q_frag + (mt * (p.dkc / 16)) * 32 + lane;
+        for (int b = 0; b < p.dkc / 32; ++b) {
+          const uint4 a0 = qf[(2 * b) * 32], a1 = qf[(2 * b + 1) * 32];  // shared by both n-tiles
+#pragma unroll
+          for (int n = 0; n < 2; ++n) {
             if constexpr (KT == KvType::f16 || KT == KvType::bf16) {
               // Stored as the fragment wants it: one 16-byte load is both chunks' B operands.
-              const uint4 w = *reinterpret_cast<const uint4*>(krow + 64 * b + 16 * t);
+              const uint4 w = *reinterpret_cast<const uint4*>(krow[n] + 64 * b + 16 * t);
               mma16816<kBfK>(sc[n], a0, w.x, w.y);
               mma16816<kBfK>(sc[n], a1, w.z, w.w);
             } else if constexpr (KT == KvType::q8_0 || KT == KvType::q4_0) {
-              const uint4 w = k_frag_quant<KT>(krow, b, t);
+              const uint4 w = k_frag_quant<KT>(krow[n], b, t);
               mma16816<kBfK>(sc[n], a0, w.x, w.y);
               mma16816<kBfK>(sc[n], a1, w.z, w.w);
             } else if constexpr (is_rotated(KT)) {
-              const uint4 w = k_frag_turbo<KT>(krow, b, t, tlut_k);
+              const uint4 w = k_frag_turbo<KT>(krow[n], b, t, tlut_k);
               mma16816<kBfK>(sc[n], a0, w.x, w.y);
               mma16816<kBfK>(sc[n], a1, w.z, w.w);
             } else {
               float x[8];
-              k_values<KT>(krow, b, t, lut_k, x);
+              k_values<KT>(krow[n], b, t, lut_k, x);
               mma16816<kBfK>(sc[n], a0, pack2<kBfK>(x[0], x[1]), pack2<kBfK>(x[2], x[3]));
               mma16816<kBfK>(sc[n], a1, pack2<kBfK>(x[4], x[5]), pack2<kBfK>(x[6], x[7]));
             }
@@ -667,12 +668,15 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
             }
           l_run[h] = l_run[h] * alpha[h] + sum;
         }
+        // Once the running maxima settle, alpha is 1 everywhere: skip 64 multiplies.
+        if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-        for (int i = 0; i < 16; ++i) {
-          o[i][0] *= alpha[0];
-          o[i][1] *= alpha[0];
-          o[i][2] *= alpha[1];
-          o[i][3] *= alpha[1];
+          for (int i = 0; i < 16; ++i) {
+            o[i][0] *= alpha[0];
+            o[i][1] *= alpha[0];
+            o[i][2] *= alpha[1];
+            o[i][3] *= alpha[1];
+          }
         }
 
         // O += P.V: P (rows x 16 keys) is the A operand straight from the score registers; the
@@ -816,55 +820,88 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
                        sign_words);
     }
   } else {
-    // Partial state for decode_merge_kernel: o [rows][dvc] then m, l [rows][2] per split.
-    const int64_t unit = int64_t{p.rows} * (p.dvc + 2);
-    float* part = p.part + ((int64_t{seq} * p.n_kv_heads + kvh) * p.n_splits + split) * unit;
-    for (int i = tid; i < rows_here * p.dvc; i += kThreads)
-      part[int64_t{row0} * p.dvc + i] = red[i];
-    float* pml = part + int64_t{p.rows} * p.dvc;
-    for (int i = tid; i < rows_here * 2; i += kThreads) pml[2 * row0 + i] = ml_final[i];
+    // Partial state for decode_merge_kernel: o at part_o(seq, kvh, split) [rows][dvc], and m, l
+    // at part_ml(...) [rows][2] (all o blocks first, so each o row stays 16-byte aligned).
+    const int64_t slot = (int64_t{seq} * p.n_kv_heads + kvh) * p.n_splits + split;
+    float* po = p.part + slot * p.rows * p.dvc + int64_t{row0} * p.dvc;
+    for (int i = tid; i < rows_here * p.dvc; i += kThreads) po[i] = red[i];
+    float* pml = p.part + int64_t{p.n_seqs} * p.n_kv_heads * p.n_splits * p.rows * p.dvc +
+                 slot * p.rows * 2 + 2 * row0;
+    for (int i = tid; i < rows_here * 2; i += kThreads) pml[i] = ml_final[i];
   }
 }
 
-// Merges the n_splits partial states of each (sequence, KV head, row) and finalizes it. One warp
-// per row.
+// Merges the n_splits partial states of one (sequence, KV head, row) per CTA and finalizes it.
+// Warp w takes splits w, w + 4, ...; lanes hold 4 dims each (16-byte loads), several splits'
+// loads in flight; the warps' sums meet in shared memory.
 template <KvType VT>
 __global__ void __launch_bounds__(kThreads) decode_merge_kernel(const DecodeParams p) {
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ uint32_t sign_words[4];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (threadIdx.x < 4) sign_words[threadIdx.x] = sign_word(threadIdx.x);
-  __syncthreads();
-  const int64_t row_id = int64_t{blockIdx.x} * kWarps + warp;  // over seqs x kv heads x rows
-  const int64_t total = int64_t{p.n_seqs} * p.n_kv_heads * p.rows;
-  if (row_id >= total) return;
+  __shared__ float warp_val[kWarps];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  if (tid < 4) sign_words[tid] = sign_word(tid);
+  const int64_t row_id = blockIdx.x;  // over seqs x kv heads x rows
   const int r = static_cast<int>(row_id % p.rows);
   const int kvh = static_cast<int>((row_id / p.rows) % p.n_kv_heads);
   const int seq = static_cast<int>(row_id / (int64_t{p.rows} * p.n_kv_heads));
-  float* o = reinterpret_cast<float*>(smem) + warp * p.dvc;
+  const int64_t slot0 = (int64_t{seq} * p.n_kv_heads + kvh) * p.n_splits;
+  const float* ml = p.part + int64_t{p.n_seqs} * p.n_kv_heads * p.n_splits * p.rows * p.dvc +
+                    slot0 * p.rows * 2 + 2 * r;
+  const int64_t ml_stride = int64_t{p.rows} * 2;
+  const float* po = p.part + slot0 * p.rows * p.dvc + int64_t{r} * p.dvc;
+  const int64_t o_stride = int64_t{p.rows} * p.dvc;
 
-  const int64_t unit = int64_t{p.rows} * (p.dvc + 2);
-  const float* part0 = p.part + (int64_t{seq} * p.n_kv_heads + kvh) * p.n_splits * unit;
   float mx = kNegInf;
-  for (int s = lane; s < p.n_splits; s += 32)
-    mx = fmaxf(mx, part0[s * unit + int64_t{p.rows} * p.dvc + 2 * r]);
+  for (int s = tid; s < p.n_splits; s += kThreads) mx = fmaxf(mx, ml[s * ml_stride]);
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  if (lane == 0) warp_val[warp] = mx;
+  __syncthreads();
+  mx = fmaxf(fmaxf(warp_val[0], warp_val[1]), fmaxf(warp_val[2], warp_val[3]));
   const float ref = mx == kNegInf ? 0.0f : mx;
+  __syncthreads();
+
+  const int nv4 = p.dvc / 4;
+  float4 acc[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
   float l = 0.0f;
-  for (int d = lane; d < p.dvc; d += 32) o[d] = 0.0f;
-  for (int s = 0; s < p.n_splits; ++s) {
-    const float* ps = part0 + s * unit;
-    const float ms = ps[int64_t{p.rows} * p.dvc + 2 * r];
-    if (ms == kNegInf) continue;
-    const float w = exp2f((ms - ref) * kLog2e);
-    l += ps[int64_t{p.rows} * p.dvc + 2 * r + 1] * w;
-    for (int d = lane; d < p.dvc; d += 32) o[d] += ps[int64_t{r} * p.dvc + d] * w;
+#pragma unroll 4
+  for (int s = warp; s < p.n_splits; s += kWarps) {
+    const float ms = ml[s * ml_stride];
+    const float w = ms == kNegInf ? 0.0f : exp2f((ms - ref) * kLog2e);
+    l += ml[s * ml_stride + 1] * w;
+    const float4* src = reinterpret_cast<const float4*>(po + s * o_stride);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int d4 = lane + 32 * k;
+      if (d4 < nv4) {
+        const float4 v = src[d4];
+        acc[k].x += v.x * w;
+        acc[k].y += v.y * w;
+        acc[k].z += v.z * w;
+        acc[k].w += v.w * w;
+      }
+    }
   }
-  __syncwarp();
-  const int tok = r / p.group, qh = kvh * p.group + r % p.group;
-  const int64_t out_row = (int64_t{seq} * p.n_q_tokens + tok) * p.n_q_heads + qh;
-  finalize_row<VT>(p, o, mx, l, out_row, qh, lane, sign_words);
+  float* red = reinterpret_cast<float*>(smem);  // [kWarps][dvc]
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int d4 = lane + 32 * k;
+    if (d4 < nv4) reinterpret_cast<float4*>(red + warp * p.dvc)[d4] = acc[k];
+  }
+  if (lane == 0) warp_val[warp] = l;
+  __syncthreads();
+  for (int d = tid; d < p.dvc; d += kThreads)
+    red[d] = red[d] + red[p.dvc + d] + red[2 * p.dvc + d] + red[3 * p.dvc + d];
+  __syncthreads();
+  if (warp == 0) {
+    l = warp_val[0] + warp_val[1] + warp_val[2] + warp_val[3];
+    const int tok = r / p.group, qh = kvh * p.group + r % p.group;
+    const int64_t out_row = (int64_t{seq} * p.n_q_tokens + tok) * p.n_q_heads + qh;
+    finalize_row<VT>(p, red, mx, l, out_row, qh, lane, sign_words);
+  }
 }
 
 template <KvType KT, KvType VT>

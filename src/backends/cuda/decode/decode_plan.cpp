@@ -65,7 +65,7 @@ int32_t decode_splits(const AttentionProblem& p, const DecodeLayout& l, int32_t 
   const int64_t want = (slots + base - 1) / base;
   const int64_t cap =
       std::max<int64_t>(1, (p.kv_capacity + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
-  return static_cast<int32_t>(std::clamp<int64_t>(want, 1, std::min<int64_t>(cap, 65535)));
+  return static_cast<int32_t>(std::clamp<int64_t>(want, 1, std::min<int64_t>(cap, kMaxSplits)));
 }
 
 size_t decode_workspace_bytes(const AttentionProblem& p, const DecodeLayout& l, int32_t n_splits) {

@@ -13,6 +13,7 @@ inline constexpr int32_t kMaxDecodeQTokens = 8;
 inline constexpr int32_t kStageTargetBytes = 32 * 1024;  // raw K+V bytes per pipeline stage
 inline constexpr int32_t kMaxTileKeys = 256;
 inline constexpr int64_t kMinKeysPerSplit = 64;
+inline constexpr int32_t kMaxSplits = 1024;
 
 struct DecodeLayout {
   int32_t dkc = 0, dvc = 0;
