@@ -14,9 +14,22 @@ const DecodeInstance& decode_instance(KvType k, KvType v) {
 }
 
 namespace {
+// A programmatic dependent launch: the merge grid is launched while the decode grid runs (the
+// decode kernel allows it after its prologue) and waits in griddepcontrol.wait for the decode
+// grid's completion, so the launch latency between the two kernels disappears.
 template <KvType VT>
 void launch_merge(const DecodeParams& p, dim3 grid, size_t smem, cudaStream_t stream) {
-  decode_merge_kernel<VT><<<grid, kThreads, smem, stream>>>(p);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  cudaLaunchKernelEx(&cfg, decode_merge_kernel<VT>, p);
 }
 constexpr MergeLaunch kMerge[8] = {launch_merge<KvType::f32>,    launch_merge<KvType::f16>,
                                    launch_merge<KvType::bf16>,   launch_merge<KvType::q8_0>,

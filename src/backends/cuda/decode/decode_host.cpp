@@ -170,6 +170,7 @@ Status run_decode(const Plan& plan, const AttentionTensors& t, void* workspace, 
   d.has_mask = p.has_mask;
   d.has_sinks = p.has_sinks;
   d.has_alibi = p.has_alibi;
+  d.q_vec4 = reinterpret_cast<uintptr_t>(t.q) % 16 == 0 && p.head_dim.k % 4 == 0;
 
   auto stream = static_cast<cudaStream_t>(stream_ptr);
   const dim3 grid(static_cast<unsigned>(p.n_kv_heads * l.n_row_blocks),

@@ -430,55 +430,6 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
   if (tid < 4) sign_words[tid] = sign_word(tid);
   __syncthreads();
 
-  // ---- Prologue: Q rows, scaled (and rotated for turbo K), staged as f32 in the stage area,
-  // then packed into fragments in the key order k_dim() of K's type.
-  {
-    float* qs = reinterpret_cast<float*>(stage_base);  // row_block x dkc floats (fits a stage)
-    for (int i = tid; i < p.row_block * p.dkc; i += kThreads) {
-      const int r = i / p.dkc, d = i % p.dkc;
-      float x = 0.0f;
-      if (r < rows_here && d < p.dk) {
-        const int rr = row0 + r, tok = rr / p.group, qh = kvh * p.group + rr % p.group;
-        x = p.q[((int64_t{seq} * p.n_q_tokens + tok) * p.n_q_heads + qh) * p.dk + d] * p.scale;
-      }
-      qs[i] = x;
-    }
-    __syncthreads();
-    if constexpr (is_rotated(KT)) {
-      const int groups = p.row_block * (p.dkc / 128);
-      for (int gi = warp; gi < groups; gi += kWarps)
-        forward_rotate_group(qs + gi * 128, lane, sign_words);
-      __syncthreads();
-    }
-    const int chunks = p.dkc / 16;
-    for (int i = tid; i < p.n_mtiles * chunks * 32; i += kThreads) {
-      const int ln = i & 31, c = (i >> 5) % chunks, mt = (i >> 5) / chunks;
-      const int gg = ln >> 2, tt = ln & 3;
-      uint32_t regs[4];
-#pragma unroll
-      for (int reg = 0; reg < 4; ++reg) {
-        const int r = mt * 16 + gg + ((reg & 1) ? 8 : 0);
-        const int kslot = 2 * tt + ((reg & 2) ? 8 : 0);
-        float v2[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int ks = kslot + h;
-          const int j = 4 * (c & 1) + 2 * (ks >> 3) + (ks & 1);
-          const int d = k_dim(KT, c >> 1, (ks & 7) >> 1, j);
-          v2[h] = qs[r * p.dkc + d];
-        }
-        regs[reg] = pack2<kBfK>(v2[0], v2[1]);
-      }
-      q_frag[i] = make_uint4(regs[0], regs[1], regs[2], regs[3]);
-    }
-    __syncthreads();
-    // Zero both stages: bytes past each row's end (padding dims) must read as zero, and the
-    // tile copies never write them.
-    for (int i = tid * 16; i < kStages * p.smem_kv_bytes; i += kThreads * 16)
-      *reinterpret_cast<uint4*>(stage_base + i) = make_uint4(0, 0, 0, 0);
-    __syncthreads();
-  }
-
   // ---- Warp roles
   const int kg = warp % p.n_kgroups;
   const int item = warp / p.n_kgroups;
@@ -525,38 +476,34 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
       const int unit = which == 0 ? p.k_unit : p.v_unit;
       const int sstride = which == 0 ? p.sk_stride : p.sv_stride;
       uint8_t* dst0 = which == 0 ? ks : vs;
-      if (unit == 16) {
-        const int per_row = row_bytes / 16;
-        for (int i = tid; i < p.bk * per_row; i += kThreads) {
-          const int r = i / per_row, u = i % per_row;
-          const int64_t key = key0 + r;
-          const bool ok = key < k_hi;
-          const uint8_t* src = base + (ok ? key : k_lo) * stride + 16 * u;
-          cp_async<16>(dst0 + r * sstride + 16 * u, src, ok ? 16 : 0);
+      // Units per row; thread tid copies units tid, tid + 128, ... of the tile, walked as
+      // (row, unit) with a carry instead of a division per unit.
+      const int per_row = unit == 4 ? (row_bytes + 2 + 3) / 4 : row_bytes / unit;
+      const int dr = kThreads / per_row, du = kThreads % per_row;
+      int r = tid / per_row, u = tid % per_row;
+      for (; r < p.bk; r += dr, u += du) {
+        if (u >= per_row) {
+          u -= per_row;
+          ++r;
+          if (r >= p.bk) break;
         }
-      } else if (unit == 8) {
-        const int per_row = row_bytes / 8;
-        for (int i = tid; i < p.bk * per_row; i += kThreads) {
-          const int r = i / per_row, u = i % per_row;
-          const int64_t key = key0 + r;
-          const bool ok = key < k_hi;
-          const uint8_t* src = base + (ok ? key : k_lo) * stride + 8 * u;
-          cp_async<8>(dst0 + r * sstride + 8 * u, src, ok ? 8 : 0);
-        }
-      } else {
-        // 4-byte words from the row start rounded down to 4; the row's data then begins at
-        // byte (address & 3) of its slot. A partial last word reads only the row's bytes.
-        const int per_row = (row_bytes + 2 + 3) / 4;
-        for (int i = tid; i < p.bk * per_row; i += kThreads) {
-          const int r = i / per_row, u = i % per_row;
-          const int64_t key = key0 + r;
-          const uint8_t* row = base + (key < k_hi ? key : k_lo) * stride;
+        const int64_t key = key0 + r;
+        const bool ok = key < k_hi;
+        const uint8_t* row = base + (ok ? key : k_lo) * stride;
+        uint8_t* dst = dst0 + r * sstride + unit * u;
+        if (unit == 16) {
+          cp_async<16>(dst, row + 16 * u, ok ? 16 : 0);
+        } else if (unit == 8) {
+          cp_async<8>(dst, row + 8 * u, ok ? 8 : 0);
+        } else {
+          // 4-byte words from the row start rounded down to 4; the row's data then begins at
+          // byte (address & 3) of its slot. A partial last word reads only the row's bytes.
           const uint8_t* a0 =
               reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(row) & ~uintptr_t{3});
           const uint8_t* src = a0 + 4 * u;
           const int64_t left = (row + row_bytes) - src;
-          const int n = key < k_hi ? static_cast<int>(left < 0 ? 0 : (left > 4 ? 4 : left)) : 0;
-          cp_async<4>(dst0 + r * sstride + 4 * u, n > 0 ? src : a0, n);
+          const int n = ok ? static_cast<int>(left < 0 ? 0 : (left > 4 ? 4 : left)) : 0;
+          cp_async<4>(dst, n > 0 ? src : a0, n);
         }
       }
     }
@@ -571,8 +518,80 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
   const int n_tiles = static_cast<int>((n_keys + p.bk - 1) / p.bk);
   const int steps = p.bk / 16;
 
+  // ---- Prologue. Tile 0's copy starts first so that its latency hides behind the Q work: zero
+  // stage 0 (bytes past each row's end must read as zero; the copies never write them), issue
+  // tile 0, then stage Q in stage 1's area, pack the fragments, and zero stage 1.
+  for (int i = tid * 16; i < p.smem_kv_bytes; i += kThreads * 16)
+    *reinterpret_cast<uint4*>(stage_base + i) = make_uint4(0, 0, 0, 0);
+  __syncthreads();
   if (n_tiles > 0) issue_tile(k_lo, 0);
   cp_async_commit();
+  {
+    // Q rows, scaled (and rotated for turbo K), as f32, 16-byte loads all in flight at once.
+    float* qs = reinterpret_cast<float*>(stage_base + p.smem_kv_bytes);  // row_block x dkc
+    const int per_row4 = p.dkc / 4, total4 = p.row_block * per_row4;
+    for (int base = 0; base < total4; base += 4 * kThreads) {
+      float4 v[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int i = base + u * kThreads + tid;
+        const int r = i / per_row4, d = 4 * (i % per_row4);
+        v[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (i < total4 && r < rows_here && d < p.dk) {
+          const int rr = row0 + r, tok = rr / p.group, qh = kvh * p.group + rr % p.group;
+          const float* src =
+              p.q + ((int64_t{seq} * p.n_q_tokens + tok) * p.n_q_heads + qh) * p.dk + d;
+          if (p.q_vec4) {
+            v[u] = __ldg(reinterpret_cast<const float4*>(src));
+          } else {
+            v[u] = make_float4(__ldg(src), __ldg(src + 1), __ldg(src + 2), __ldg(src + 3));
+          }
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int i = base + u * kThreads + tid;
+        if (i < total4)
+          reinterpret_cast<float4*>(qs)[i] =
+              make_float4(v[u].x * p.scale, v[u].y * p.scale, v[u].z * p.scale, v[u].w * p.scale);
+      }
+    }
+    __syncthreads();
+    if constexpr (is_rotated(KT)) {
+      const int groups = p.row_block * (p.dkc / 128);
+      for (int gi = warp; gi < groups; gi += kWarps)
+        forward_rotate_group(qs + gi * 128, lane, sign_words);
+      __syncthreads();
+    }
+    const int chunks = p.dkc / 16;
+    for (int i = tid; i < p.n_mtiles * chunks * 32; i += kThreads) {
+      const int ln = i & 31, c = (i >> 5) % chunks, mt = (i >> 5) / chunks;
+      const int gg = ln >> 2, tt = ln & 3;
+      uint32_t regs[4];
+#pragma unroll
+      for (int reg = 0; reg < 4; ++reg) {
+        const int r = mt * 16 + gg + ((reg & 1) ? 8 : 0);
+        const int kslot = 2 * tt + ((reg & 2) ? 8 : 0);
+        float v2[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int ks = kslot + h;
+          const int j = 4 * (c & 1) + 2 * (ks >> 3) + (ks & 1);
+          const int d = k_dim(KT, c >> 1, (ks & 7) >> 1, j);
+          v2[h] = qs[r * p.dkc + d];
+        }
+        regs[reg] = pack2<kBfK>(v2[0], v2[1]);
+      }
+      q_frag[i] = make_uint4(regs[0], regs[1], regs[2], regs[3]);
+    }
+    __syncthreads();
+    for (int i = tid * 16; i < p.smem_kv_bytes; i += kThreads * 16)
+      *reinterpret_cast<uint4*>(stage_base + p.smem_kv_bytes + i) = make_uint4(0, 0, 0, 0);
+    __syncthreads();
+  }
+  // The merge kernel (launched as a programmatic dependent) may start its launch now; it waits
+  // for this grid's completion before it reads anything.
+  asm volatile("griddepcontrol.launch_dependents;");
 
   for (int ti = 0; ti < n_tiles; ++ti) {
     if (ti + 1 < n_tiles) issue_tile(k_lo + int64_t{ti + 1} * p.bk, (ti + 1) & 1);
@@ -851,6 +870,9 @@ __global__ void __launch_bounds__(kThreads) decode_merge_kernel(const DecodePara
   const int64_t ml_stride = int64_t{p.rows} * 2;
   const float* po = p.part + slot0 * p.rows * p.dvc + int64_t{r} * p.dvc;
   const int64_t o_stride = int64_t{p.rows} * p.dvc;
+  // Launched as a programmatic dependent of the decode grid: wait until it has completed and
+  // its partial states are visible.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
 
   float mx = kNegInf;
   for (int s = tid; s < p.n_splits; s += kThreads) mx = fmaxf(mx, ml[s * ml_stride]);

@@ -44,6 +44,7 @@ struct DecodeParams {
   int32_t smem_q_bytes;                    // Q fragments
   int32_t smem_kv_bytes;                   // one stage of K and V tiles
   uint8_t causal, has_mask, has_sinks, has_alibi;
+  uint8_t q_vec4;  // q and its rows are 16-byte aligned: 16-byte loads in the prologue
 };
 
 }  // namespace kvflash::cuda::decode

@@ -51,8 +51,8 @@ DecodeLayout decode_layout(const AttentionProblem& p) {
   const int64_t q_stage = int64_t{l.row_block} * l.dkc * 4;
   const int64_t reduce =
       (int64_t{l.n_kgroups} * l.row_block * l.dvc + int64_t{l.n_kgroups + 1} * l.row_block * 2) * 4;
-  const int64_t need_area = std::max(q_stage, reduce);
-  l.smem_kv_bytes = round_up(std::max(tiles, (need_area + kStages - 1) / kStages), 16);
+  // Q is staged in stage 1 while tile 0 arrives in stage 0; the key groups merge across both.
+  l.smem_kv_bytes = round_up(std::max({tiles, q_stage, (reduce + kStages - 1) / kStages}), 16);
   l.smem_total = static_cast<size_t>(l.smem_q_bytes) + size_t{kStages} * l.smem_kv_bytes;
   return l;
 }
@@ -62,7 +62,9 @@ int32_t decode_splits(const AttentionProblem& p, const DecodeLayout& l, int32_t 
   const int64_t base = int64_t{p.n_seqs} * p.n_kv_heads * l.n_row_blocks;
   const int64_t slots = int64_t{std::max(sm_count, 1)} * std::max(ctas_per_sm, 1);
   if (base >= slots) return 1;
-  const int64_t want = (slots + base - 1) / base;
+  // Whole waves: the largest split count whose CTAs all fit in one wave (a second wave of a few
+  // CTAs would double the time, each of them reading a full split alone).
+  const int64_t want = slots / base;
   const int64_t cap =
       std::max<int64_t>(1, (p.kv_capacity + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
   return static_cast<int32_t>(std::clamp<int64_t>(want, 1, std::min<int64_t>(cap, kMaxSplits)));
