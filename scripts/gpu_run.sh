@@ -9,6 +9,8 @@
 #   bench_cuda.csv (+ .err)  kvflash-bench CUDA decode: every type at 4K..1M, the mixed pairs,
 #                GQA 8, head dim 256, 8 query tokens
 #   bench_cuda_sweep.csv (+ .err)  f16 and q4_0 over every power of two 1K..1M and close pairs
+#   profile.txt, sass.txt  with KVFLASH_GPU_PROFILE=1: Nsight Compute sections and SASS of the
+#                decode kernel (f16, q4_0, turbo3 at 1M tokens)
 #   summary.md   both as tables: % of read bandwidth, straight-line fit and steps (also printed)
 #   bench_sdpa.csv (+ .err)  the fair peer: PyTorch scaled_dot_product_attention (cuDNN and flash
 #                backends, f16/bf16) on the same GPU, 32/8 heads, D 128, depths 4K/32K/128K/1M, 1
@@ -97,6 +99,23 @@ echo "cuda sweep rc=$?"
 python3 scripts/summarize_bench.py "$out/bench_cuda.csv" "$out/bench_cuda_sweep.csv" \
   > "$out/summary.md" 2>&1
 cat "$out/summary.md"
+
+# Optional (KVFLASH_GPU_PROFILE=1): Nsight Compute on the decode kernel at 1M tokens (f16, q4_0,
+# turbo3) and the SASS of those kernels, into profile.txt and sass.txt.
+if [ -n "${KVFLASH_GPU_PROFILE:-}" ]; then
+  for t in f16 q4_0 turbo3; do
+    echo "=== $t"
+    ncu --clock-control none -k regex:decode_kernel -c 1 --section SpeedOfLight \
+      --section WarpStateStats --section SchedulerStats --section Occupancy \
+      --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+      $bench --backend cuda -ctk $t -d 1048576 -r 1 --warmup 0 --no-progress 2>&1 | grep -v "^kvflash\|^memory\|^inputs"
+  done > "$out/profile.txt" 2>&1
+  obj=build/gpu/src/backends/cuda/CMakeFiles/kvflash_cuda.dir/decode/instances
+  { cuobjdump -sass "$obj/decode_k_q4_0.cu.o" | awk '/Function : .*decode_kernelILNS_6KvTypeE4ELS3_4E/,/EXIT/'
+    cuobjdump -sass "$obj/decode_k_f16.cu.o" | awk '/Function : .*decode_kernelILNS_6KvTypeE1ELS3_1E/,/EXIT/'
+  } > "$out/sass.txt" 2>&1
+  echo "profile: $(grep -c . "$out/profile.txt") lines, sass: $(grep -c . "$out/sass.txt") lines"
+fi
 
 # The fair peer (about 20 s with torch's start): PyTorch SDPA on the same shapes, then both side
 # by side. A machine without torch only logs that; nothing here changes the exit code.

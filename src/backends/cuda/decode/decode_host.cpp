@@ -166,6 +166,7 @@ Status run_decode(const Plan& plan, const AttentionTensors& t, void* workspace, 
   d.n_splits = plan.n_splits;
   d.smem_q_bytes = l.smem_q_bytes;
   d.smem_kv_bytes = l.smem_kv_bytes;
+  d.n_stages = l.n_stages;
   d.causal = p.causal;
   d.has_mask = p.has_mask;
   d.has_sinks = p.has_sinks;

@@ -585,21 +585,34 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
       q_frag[i] = make_uint4(regs[0], regs[1], regs[2], regs[3]);
     }
     __syncthreads();
-    for (int i = tid * 16; i < p.smem_kv_bytes; i += kThreads * 16)
+    for (int i = tid * 16; i < (p.n_stages - 1) * p.smem_kv_bytes; i += kThreads * 16)
       *reinterpret_cast<uint4*>(stage_base + p.smem_kv_bytes + i) = make_uint4(0, 0, 0, 0);
     __syncthreads();
+  }
+  // Tiles 1 .. n_stages - 2 follow tile 0 into their stages (one commit group per tile, empty
+  // groups past the end, so the wait counts below hold).
+  for (int st = 1; st < p.n_stages - 1; ++st) {
+    if (st < n_tiles) issue_tile(k_lo + int64_t{st} * p.bk, st);
+    cp_async_commit();
   }
   // The merge kernel (launched as a programmatic dependent) may start its launch now; it waits
   // for this grid's completion before it reads anything.
   asm volatile("griddepcontrol.launch_dependents;");
 
+  // n_stages - 1 tiles in flight: wait for tile ti, then refill the stage computed in the
+  // previous iteration (every warp is past it after the barrier) with tile ti + n_stages - 1.
+  const int ahead = p.n_stages - 1;
   for (int ti = 0; ti < n_tiles; ++ti) {
-    if (ti + 1 < n_tiles) issue_tile(k_lo + int64_t{ti + 1} * p.bk, (ti + 1) & 1);
-    cp_async_commit();
-    cp_async_wait<1>();
+    if (ahead == 2)
+      cp_async_wait<1>();
+    else
+      cp_async_wait<0>();
     __syncthreads();
+    if (ti + ahead < n_tiles)
+      issue_tile(k_lo + int64_t{ti + ahead} * p.bk, (ti + ahead) % p.n_stages);
+    cp_async_commit();
 
-    const uint8_t* ks = stage_base + (ti & 1) * p.smem_kv_bytes;
+    const uint8_t* ks = stage_base + (ti % p.n_stages) * p.smem_kv_bytes;
     const uint8_t* vs = ks + k_tile_bytes;
     const int64_t tile_key0 = k_lo + int64_t{ti} * p.bk;
 
@@ -766,7 +779,6 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
         }
       }
     }
-    __syncthreads();
   }
   cp_async_wait<0>();
 

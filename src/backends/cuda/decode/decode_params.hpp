@@ -8,7 +8,7 @@ namespace kvflash::cuda::decode {
 
 inline constexpr int kThreads = 128;  // 4 warps per CTA
 inline constexpr int kWarps = kThreads / 32;
-inline constexpr int kStages = 2;  // shared-memory stages of raw K/V tiles
+inline constexpr int kMaxStages = 3;  // shared-memory stages of raw K/V tiles (2 in flight)
 
 struct DecodeParams {
   const float* q;
@@ -43,6 +43,7 @@ struct DecodeParams {
   int32_t n_splits;                        // KV splits per (sequence, KV head, row block)
   int32_t smem_q_bytes;                    // Q fragments
   int32_t smem_kv_bytes;                   // one stage of K and V tiles
+  int32_t n_stages;                        // 3, or 2 where three do not fit
   uint8_t causal, has_mask, has_sinks, has_alibi;
   uint8_t q_vec4;  // q and its rows are 16-byte aligned: 16-byte loads in the prologue
 };

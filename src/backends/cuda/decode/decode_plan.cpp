@@ -51,9 +51,15 @@ DecodeLayout decode_layout(const AttentionProblem& p) {
   const int64_t q_stage = int64_t{l.row_block} * l.dkc * 4;
   const int64_t reduce =
       (int64_t{l.n_kgroups} * l.row_block * l.dvc + int64_t{l.n_kgroups + 1} * l.row_block * 2) * 4;
-  // Q is staged in stage 1 while tile 0 arrives in stage 0; the key groups merge across both.
-  l.smem_kv_bytes = round_up(std::max({tiles, q_stage, (reduce + kStages - 1) / kStages}), 16);
-  l.smem_total = static_cast<size_t>(l.smem_q_bytes) + size_t{kStages} * l.smem_kv_bytes;
+  // Q is staged in stage 1 while tile 0 arrives in stage 0; the key groups merge across all
+  // stages. Three stages (two tiles in flight) where they fit, else two.
+  for (l.n_stages = kMaxStages; l.n_stages >= 2; --l.n_stages) {
+    l.smem_kv_bytes =
+        round_up(std::max({tiles, q_stage, (reduce + l.n_stages - 1) / l.n_stages}), 16);
+    l.smem_total = static_cast<size_t>(l.smem_q_bytes) + size_t(l.n_stages) * l.smem_kv_bytes;
+    if (l.smem_total <= kSmemBudget) break;
+  }
+  if (l.n_stages < 2) l.n_stages = 2;
   return l;
 }
 

@@ -10,9 +10,10 @@
 namespace kvflash::cuda::decode {
 
 inline constexpr int32_t kMaxDecodeQTokens = 8;
-inline constexpr int32_t kStageTargetBytes = 32 * 1024;  // raw K+V bytes per pipeline stage
+inline constexpr int32_t kStageTargetBytes = 24 * 1024;  // raw K+V bytes per pipeline stage
 inline constexpr int32_t kMaxTileKeys = 256;
 inline constexpr int64_t kMinKeysPerSplit = 64;
+inline constexpr size_t kSmemBudget = 200 * 1024;  // per CTA, under the 227 KB opt-in limit
 inline constexpr int32_t kMaxSplits = 1024;
 
 struct DecodeLayout {
@@ -24,8 +25,9 @@ struct DecodeLayout {
   int32_t bk = 64;
   int32_t sk_stride = 0, sv_stride = 0;
   int32_t smem_q_bytes = 0;
-  int32_t smem_kv_bytes = 0;  // one stage (at least half of what the prologue/epilogue need)
-  size_t smem_total = 0;      // dynamic shared memory per CTA
+  int32_t smem_kv_bytes = 0;  // one stage (Q is staged in one; the key groups merge in all)
+  int32_t n_stages = 3;
+  size_t smem_total = 0;  // dynamic shared memory per CTA
 };
 
 DecodeLayout decode_layout(const AttentionProblem& p);
