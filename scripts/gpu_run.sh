@@ -100,15 +100,18 @@ python3 scripts/summarize_bench.py "$out/bench_cuda.csv" "$out/bench_cuda_sweep.
   > "$out/summary.md" 2>&1
 cat "$out/summary.md"
 
-# Optional (KVFLASH_GPU_PROFILE=1): Nsight Compute on the decode kernel at 1M tokens (f16, q4_0,
-# turbo3) and the SASS of those kernels, into profile.txt and sass.txt.
+# Optional (KVFLASH_GPU_PROFILE=1): Nsight Compute on the decode kernel at 1M tokens (f16, q4_0)
+# and on both kernels of a 4K call, and the SASS of the f16/q4_0 kernels: profile.txt, sass.txt.
 if [ -n "${KVFLASH_GPU_PROFILE:-}" ]; then
-  for t in f16 q4_0 turbo3; do
-    echo "=== $t"
-    ncu --clock-control none -k regex:decode_kernel -c 1 --section SpeedOfLight \
+  for point in f16:1048576:decode_kernel:1 q4_0:1048576:decode_kernel:1 \
+               f16:4096:decode:4; do
+    IFS=: read -r t d k c <<< "$point"
+    echo "=== $t depth $d kernels $k"
+    ncu --clock-control none -k "regex:$k" -c "$c" --section SpeedOfLight \
       --section WarpStateStats --section SchedulerStats --section Occupancy \
-      --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
-      $bench --backend cuda -ctk $t -d 1048576 -r 1 --warmup 0 --no-progress 2>&1 | grep -v "^kvflash\|^memory\|^inputs"
+      --section LaunchStats --section ComputeWorkloadAnalysis \
+      $bench --backend cuda -ctk "$t" -d "$d" -r 1 --warmup 1 --no-progress 2>&1 |
+      grep -v "^kvflash\|^memory\|^inputs"
   done > "$out/profile.txt" 2>&1
   obj=build/gpu/src/backends/cuda/CMakeFiles/kvflash_cuda.dir/decode/instances
   { cuobjdump -sass "$obj/decode_k_q4_0.cu.o" | awk '/Function : .*decode_kernelILNS_6KvTypeE4ELS3_4E/,/EXIT/'

@@ -599,18 +599,18 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
   // for this grid's completion before it reads anything.
   asm volatile("griddepcontrol.launch_dependents;");
 
-  // n_stages - 1 tiles in flight: wait for tile ti, then refill the stage computed in the
-  // previous iteration (every warp is past it after the barrier) with tile ti + n_stages - 1.
+  // Up to n_stages tiles in flight: refill the stage of tile ti - 1 (consumed before the last
+  // iteration's closing barrier) with tile ti + n_stages - 1, then wait for tile ti only.
   const int ahead = p.n_stages - 1;
   for (int ti = 0; ti < n_tiles; ++ti) {
-    if (ahead == 2)
-      cp_async_wait<1>();
-    else
-      cp_async_wait<0>();
-    __syncthreads();
     if (ti + ahead < n_tiles)
       issue_tile(k_lo + int64_t{ti + ahead} * p.bk, (ti + ahead) % p.n_stages);
     cp_async_commit();
+    if (ahead == 2)
+      cp_async_wait<2>();
+    else
+      cp_async_wait<1>();
+    __syncthreads();
 
     const uint8_t* ks = stage_base + (ti % p.n_stages) * p.smem_kv_bytes;
     const uint8_t* vs = ks + k_tile_bytes;
@@ -779,6 +779,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
         }
       }
     }
+    __syncthreads();  // every warp is done with this stage before it is refilled
   }
   cp_async_wait<0>();
 
