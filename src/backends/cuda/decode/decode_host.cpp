@@ -171,6 +171,8 @@ Status run_decode(const Plan& plan, const AttentionTensors& t, void* workspace, 
   d.has_mask = p.has_mask;
   d.has_sinks = p.has_sinks;
   d.has_alibi = p.has_alibi;
+  // Float K rows shorter than the computed dims (head dim not a multiple of 32) read padding.
+  d.zero_stages = traits(p.k_type).block_values == 1 && l.dkc != p.head_dim.k;
   d.q_vec4 = reinterpret_cast<uintptr_t>(t.q) % 16 == 0 && p.head_dim.k % 4 == 0;
 
   auto stream = static_cast<cudaStream_t>(stream_ptr);

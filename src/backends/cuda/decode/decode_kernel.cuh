@@ -521,9 +521,13 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
   // ---- Prologue. Tile 0's copy starts first so that its latency hides behind the Q work: zero
   // stage 0 (bytes past each row's end must read as zero; the copies never write them), issue
   // tile 0, then stage Q in stage 1's area, pack the fragments, and zero stage 1.
-  for (int i = tid * 16; i < p.smem_kv_bytes; i += kThreads * 16)
-    *reinterpret_cast<uint4*>(stage_base + i) = make_uint4(0, 0, 0, 0);
-  __syncthreads();
+  // (Only where a row's computed dims pass its stored bytes: float K with a head dim that is not
+  // a multiple of 32. Every other byte the kernel reads is written by the copies.)
+  if (p.zero_stages) {
+    for (int i = tid * 16; i < p.smem_kv_bytes; i += kThreads * 16)
+      *reinterpret_cast<uint4*>(stage_base + i) = make_uint4(0, 0, 0, 0);
+    __syncthreads();
+  }
   if (n_tiles > 0) issue_tile(k_lo, 0);
   cp_async_commit();
   {
@@ -585,9 +589,11 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
       q_frag[i] = make_uint4(regs[0], regs[1], regs[2], regs[3]);
     }
     __syncthreads();
-    for (int i = tid * 16; i < (p.n_stages - 1) * p.smem_kv_bytes; i += kThreads * 16)
-      *reinterpret_cast<uint4*>(stage_base + p.smem_kv_bytes + i) = make_uint4(0, 0, 0, 0);
-    __syncthreads();
+    if (p.zero_stages) {
+      for (int i = tid * 16; i < (p.n_stages - 1) * p.smem_kv_bytes; i += kThreads * 16)
+        *reinterpret_cast<uint4*>(stage_base + p.smem_kv_bytes + i) = make_uint4(0, 0, 0, 0);
+      __syncthreads();
+    }
   }
   // Tiles 1 .. n_stages - 2 follow tile 0 into their stages (one commit group per tile, empty
   // groups past the end, so the wait counts below hold).
@@ -902,21 +908,36 @@ __global__ void __launch_bounds__(kThreads) decode_merge_kernel(const DecodePara
 #pragma unroll
   for (int k = 0; k < 4; ++k) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
   float l = 0.0f;
-#pragma unroll 4
-  for (int s = warp; s < p.n_splits; s += kWarps) {
-    const float ms = ml[s * ml_stride];
-    const float w = ms == kNegInf ? 0.0f : exp2f((ms - ref) * kLog2e);
-    l += ml[s * ml_stride + 1] * w;
-    const float4* src = reinterpret_cast<const float4*>(po + s * o_stride);
+  // Eight splits per warp per round, every load of a round issued before the first use.
+  constexpr int kBatch = 8;
+  for (int s0 = warp; s0 < p.n_splits; s0 += kWarps * kBatch) {
+    float w[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int s = s0 + b * kWarps;
+      const float ms = s < p.n_splits ? ml[s * ml_stride] : kNegInf;
+      const float ls = s < p.n_splits ? ml[s * ml_stride + 1] : 0.0f;
+      w[b] = ms == kNegInf ? 0.0f : exp2f((ms - ref) * kLog2e);
+      l += ls * w[b];
+    }
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const int d4 = lane + 32 * k;
       if (d4 < nv4) {
-        const float4 v = src[d4];
-        acc[k].x += v.x * w;
-        acc[k].y += v.y * w;
-        acc[k].z += v.z * w;
-        acc[k].w += v.w * w;
+        float4 v[kBatch];
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          const int s = s0 + b * kWarps;
+          v[b] = s < p.n_splits ? reinterpret_cast<const float4*>(po + s * o_stride)[d4]
+                                : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          acc[k].x += v[b].x * w[b];
+          acc[k].y += v[b].y * w[b];
+          acc[k].z += v[b].z * w[b];
+          acc[k].w += v[b].w * w[b];
+        }
       }
     }
   }
