@@ -11,6 +11,7 @@
 #   bench_cuda_sweep.csv (+ .err)  f16 and q4_0 over every power of two 1K..1M and close pairs
 #   profile.txt, sass.txt  with KVFLASH_GPU_PROFILE=1: Nsight Compute sections and SASS of the
 #                decode kernel (f16, q4_0, turbo3 at 1M tokens)
+#   (KVFLASH_GPU_QUICK=1: no tests, no sanitizer, no SDPA, a small benchmark: for tuning runs)
 #   summary.md   both as tables: % of read bandwidth, straight-line fit and steps (also printed)
 #   bench_sdpa.csv (+ .err)  the fair peer: PyTorch scaled_dot_product_attention (cuDNN and flash
 #                backends, f16/bf16) on the same GPU, 32/8 heads, D 128, depths 4K/32K/128K/1M, 1
@@ -49,12 +50,16 @@ fi
 
 cmake -S . -B build/gpu -DCMAKE_BUILD_TYPE=Release -DKVFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
   "${prefix_args[@]}" > "$out/build.txt" 2>&1 &&
-  cmake --build build/gpu -j "$jobs" >> "$out/build.txt" 2>&1
+  cmake --build build/gpu -j "$jobs" ${KVFLASH_GPU_QUICK:+--target kvflash-bench} >> "$out/build.txt" 2>&1
 build_rc=$?
 if [ $build_rc -ne 0 ]; then
   echo "build failed ($build_rc)"; tail -n 40 "$out/build.txt"; exit $build_rc
 fi
 
+if [ -n "${KVFLASH_GPU_QUICK:-}" ]; then
+  echo "KVFLASH_GPU_QUICK: tests and compute-sanitizer skipped" > "$out/ctest.txt"
+  ctest_rc=0
+else
 ctest --test-dir build/gpu -j "$jobs" ${KVFLASH_GPU_RUN_ALL_TESTS:+} ${KVFLASH_GPU_RUN_ALL_TESTS:--L gpu} --output-on-failure > "$out/ctest.txt" 2>&1
 ctest_rc=$?
 tail -n 5 "$out/ctest.txt"
@@ -78,9 +83,17 @@ tail -n 5 "$out/ctest.txt"
   echo "rc=$?"
 } > "$out/sanitizer.txt" 2>&1
 grep -E "^== |rc=|ERROR SUMMARY|RACECHECK SUMMARY" "$out/sanitizer.txt"
+fi
 
 bench=build/gpu/tools/bench/kvflash-bench
 common=(--backend cuda -r 30 --warmup 5 --no-progress -o csv)
+if [ -n "${KVFLASH_GPU_QUICK:-}" ]; then
+  $bench "${common[@]}" -ctk f16,q8_0,q4_0,turbo3 -d 4096,32768,1048576 > "$out/bench_cuda.csv" \
+    2> "$out/bench_cuda.err"
+  $bench "${common[@]}" -ctk f16,q4_0 -n 8 -d 32768 | tail -n +2 >> "$out/bench_cuda.csv"
+  python3 scripts/summarize_bench.py "$out/bench_cuda.csv" > "$out/summary.md" 2>&1
+  cat "$out/summary.md"
+else
 # Issue 4's table: every type at 4K/32K/128K/1M (32/8, D 128, one token), then the mixed pair,
 # GQA 8, head dim 256 and 8 query tokens.
 {
@@ -99,6 +112,7 @@ echo "cuda sweep rc=$?"
 python3 scripts/summarize_bench.py "$out/bench_cuda.csv" "$out/bench_cuda_sweep.csv" \
   > "$out/summary.md" 2>&1
 cat "$out/summary.md"
+fi
 
 # Optional (KVFLASH_GPU_PROFILE=1): Nsight Compute on the decode kernel at 1M tokens (f16, q4_0)
 # and on both kernels of a 4K call, and the SASS of the f16/q4_0 kernels: profile.txt, sass.txt.
@@ -109,7 +123,7 @@ if [ -n "${KVFLASH_GPU_PROFILE:-}" ]; then
     echo "=== $t depth $d kernels $k"
     ncu --clock-control none -k "regex:$k" -c "$c" --section SpeedOfLight \
       --section WarpStateStats --section SchedulerStats --section Occupancy \
-      --section LaunchStats --section ComputeWorkloadAnalysis \
+      --section LaunchStats --section ComputeWorkloadAnalysis --section SourceCounters \
       $bench --backend cuda -ctk "$t" -d "$d" -r 1 --warmup 1 --no-progress 2>&1 |
       grep -v "^kvflash\|^memory\|^inputs"
   done > "$out/profile.txt" 2>&1
@@ -122,7 +136,7 @@ fi
 
 # The fair peer (about 20 s with torch's start): PyTorch SDPA on the same shapes, then both side
 # by side. A machine without torch only logs that; nothing here changes the exit code.
-if python3 -c 'import torch' > /dev/null 2>&1; then
+if [ -z "${KVFLASH_GPU_QUICK:-}" ] && python3 -c 'import torch' > /dev/null 2>&1; then
   python3 scripts/bench_sdpa.py --heads 32/8 --head-dim 128 -d 4096,32768,131072,1048576 -n 1,8 \
     -o "$out/bench_sdpa.csv" 2> "$out/bench_sdpa.err"
   echo "sdpa bench rc=$? $(tail -n 1 "$out/bench_sdpa.err")"
