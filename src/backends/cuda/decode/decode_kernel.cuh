@@ -795,24 +795,22 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
   }
-  // Per key group: o [row_block][dvc] and m, l [row_block]. The stage area holds it.
-  float* red = reinterpret_cast<float*>(stage_base);
-  const int o_elems = p.row_block * p.dvc;
-  float* red_ml = red + p.n_kgroups * o_elems;
+  // The stage area holds: each warp's accumulators in fragment order (lane-major, 64 floats +
+  // 4 of padding per lane: 16-byte stores without bank conflicts), the merged rows in natural
+  // order, and per key group m, l and merge weights.
+  constexpr int kFragStride = 68;
+  float* frag = reinterpret_cast<float*>(stage_base);     // [kWarps][32][kFragStride]
+  float* red = frag + kWarps * 32 * kFragStride;          // [row_block][dvc] merged
+  float* red_ml = red + p.row_block * p.dvc;              // [n_kgroups][row_block][2]
+  float* red_w = red_ml + p.n_kgroups * p.row_block * 2;  // [n_kgroups][row_block]
+  float* ml_final = red_w + p.n_kgroups * p.row_block;    // [row_block][2]
   __syncthreads();
   if (active) {
-    float* ob = red + kg * o_elems;
+    float* mine = frag + (warp * 32 + lane) * kFragStride;
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      if (i < nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = mt * 16 + g + 8 * (e >> 1);
-          const int d = ds * p.slice_w + (2 * t + (e & 1)) * nt + i;
-          ob[r * p.dvc + d] = o[i][e];
-        }
-      }
-    }
+    for (int i = 0; i < 16; ++i)
+      if (i < nt)
+        *reinterpret_cast<float4*>(mine + 4 * i) = make_float4(o[i][0], o[i][1], o[i][2], o[i][3]);
     if (t == 0 && ds == 0) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -823,30 +821,36 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
     }
   }
   __syncthreads();
-  // Merge key groups into group 0's slot, row by row.
-  for (int i = tid; i < rows_here * p.dvc; i += kThreads) {
-    const int r = i / p.dvc;
-    float mx = kNegInf;
-    for (int k2 = 0; k2 < p.n_kgroups; ++k2) mx = fmaxf(mx, red_ml[(k2 * p.row_block + r) * 2]);
-    const float ref = mx == kNegInf ? 0.0f : mx;
-    float acc = 0.0f;
-    for (int k2 = 0; k2 < p.n_kgroups; ++k2)
-      acc += red[k2 * o_elems + i] * exp2f((red_ml[(k2 * p.row_block + r) * 2] - ref) * kLog2e);
-    red[i] = acc;  // reads of slot 0 at i happen in this same thread before the write
-  }
-  __syncthreads();
-  float* ml_final = red_ml + p.n_kgroups * p.row_block * 2;  // [row_block][2]
+  // Per row: the merged maximum and sum, and each key group's weight.
   if (tid < rows_here) {
     const int r = tid;
     float mx = kNegInf;
     for (int k2 = 0; k2 < p.n_kgroups; ++k2) mx = fmaxf(mx, red_ml[(k2 * p.row_block + r) * 2]);
     const float ref = mx == kNegInf ? 0.0f : mx;
     float l = 0.0f;
-    for (int k2 = 0; k2 < p.n_kgroups; ++k2)
-      l += red_ml[(k2 * p.row_block + r) * 2 + 1] *
-           exp2f((red_ml[(k2 * p.row_block + r) * 2] - ref) * kLog2e);
+    for (int k2 = 0; k2 < p.n_kgroups; ++k2) {
+      const float w = exp2f((red_ml[(k2 * p.row_block + r) * 2] - ref) * kLog2e);
+      red_w[k2 * p.row_block + r] = w;
+      l += red_ml[(k2 * p.row_block + r) * 2 + 1] * w;
+    }
     ml_final[2 * r] = mx;
     ml_final[2 * r + 1] = l;
+  }
+  __syncthreads();
+  // Merge the key groups into natural order: element (r, d) sits in the warp of M tile r / 16
+  // and V slice d / slice_w, lane g * 4 + t, accumulator tile i, entry h * 2 + e, where
+  // r % 16 = g + 8h and d % slice_w = (2t + e) * nt + i.
+  for (int idx = tid; idx < rows_here * p.dvc; idx += kThreads) {
+    const int r = idx / p.dvc, d = idx % p.dvc;
+    const int rm = r & 15, gg = rm & 7, h = rm >> 3;
+    const int rem = d % p.slice_w, slot = rem / nt, i = rem % nt;
+    const int item_r = (d / p.slice_w) * p.n_mtiles + (r >> 4);
+    const int off = ((gg * 4 + (slot >> 1)) * kFragStride) + 4 * i + 2 * h + (slot & 1);
+    float acc = 0.0f;
+    for (int k2 = 0; k2 < p.n_kgroups; ++k2)
+      acc +=
+          frag[(item_r * p.n_kgroups + k2) * 32 * kFragStride + off] * red_w[k2 * p.row_block + r];
+    red[idx] = acc;
   }
   __syncthreads();
 

@@ -49,8 +49,11 @@ DecodeLayout decode_layout(const AttentionProblem& p) {
   l.smem_q_bytes = l.n_mtiles * (l.dkc / 16) * 32 * 16;
   const int64_t tiles = int64_t{l.bk} * (l.sk_stride + l.sv_stride);
   const int64_t q_stage = int64_t{l.row_block} * l.dkc * 4;
-  const int64_t reduce =
-      (int64_t{l.n_kgroups} * l.row_block * l.dvc + int64_t{l.n_kgroups + 1} * l.row_block * 2) * 4;
+  // Epilogue: every warp's accumulators in fragment order (32 lanes x 68 floats), the merged
+  // rows, and per key group m, l and weights, plus the final m, l.
+  const int64_t reduce = (int64_t{kWarps} * 32 * 68 + int64_t{l.row_block} * l.dvc +
+                          int64_t{l.n_kgroups} * l.row_block * 3 + int64_t{l.row_block} * 2) *
+                         4;
   // Q is staged in stage 1 while tile 0 arrives in stage 0; the key groups merge across all
   // stages. Three stages where three CTAs of them still fit an SM (the register limit is three
   // CTAs, and fewer resident warps cost more than the deeper pipeline gains: measured on the
