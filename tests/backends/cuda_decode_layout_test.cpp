@@ -15,13 +15,19 @@
 namespace kvflash::cuda::decode {
 namespace {
 
+constexpr size_t kLead = 2;
+size_t lead(KvType t) {
+  return traits(t).block_values == 1 ? 0 : kLead;
+}
+
 std::vector<uint8_t> random_row(KvType t, int32_t n, std::mt19937& rng) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> x(static_cast<size_t>(n));
   for (float& v : x) v = nd(rng);
-  // 2 bytes of lead so that the row starts 2-aligned but not 4-aligned, as rows may in the kernel.
-  std::vector<uint8_t> buf(row_size(t, n) + 2);
-  quantize_row(t, x.data(), n, buf.data() + 2);
+  // Quantized rows get 2 bytes of lead so that they start 2-aligned but not 4-aligned, as they
+  // may in the kernel; float rows are always 16-byte aligned there (and here).
+  std::vector<uint8_t> buf(row_size(t, n) + kLead);
+  quantize_row(t, x.data(), n, buf.data() + lead(t));
   return buf;
 }
 
@@ -35,7 +41,7 @@ void check_type(int32_t n) {
     std::vector<uint8_t> buf = random_row(T, n, rng);
     // The kernels read past the row end only inside zeroed shared memory: pad likewise.
     buf.resize(buf.size() + 4 * static_cast<size_t>(dkc), 0);
-    const uint8_t* row = buf.data() + 2;
+    const uint8_t* row = buf.data() + lead(T);
     std::vector<float> want(static_cast<size_t>(padded));
     dequantize_row_rotated(T, row, n, want.data());
     std::set<int> seen;

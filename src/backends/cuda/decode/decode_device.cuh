@@ -261,10 +261,9 @@ __device__ __forceinline__ void v_frags_turbo16(const uint8_t* const (&vrow)[4],
   }
 }
 
-// In-place inverse turbo rotation R^T y = s . (H y) / sqrt(128) of one 128-value group held in
-// shared memory, by one warp (4 values per lane per butterfly stage).
-__device__ __forceinline__ void inverse_rotate_group(float* x, int lane,
-                                                     const uint32_t* sign_words) {
+// The unnormalized Walsh-Hadamard transform H of one 128-value group in shared memory, in
+// place, by one warp (two butterflies per lane per stage); synchronized before and after.
+__device__ __forceinline__ void fwht128(float* x, int lane) {
 #pragma unroll
   for (int h = 1; h < 128; h <<= 1) {
     __syncwarp();
@@ -278,36 +277,33 @@ __device__ __forceinline__ void inverse_rotate_group(float* x, int lane,
     }
   }
   __syncwarp();
+}
+
+__device__ __forceinline__ bool turbo_sign_negative(const uint32_t* sign_words, int i) {
+  return (sign_words[i >> 5] >> (i & 31)) & 1u;
+}
+
+// In-place inverse turbo rotation R^T y = s . (H y) / sqrt(128) of one group, by one warp.
+__device__ __forceinline__ void inverse_rotate_group(float* x, int lane,
+                                                     const uint32_t* sign_words) {
+  fwht128(x, lane);
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const int i = lane + 32 * k;
-    const bool neg = (sign_words[i >> 5] >> (i & 31)) & 1u;
-    x[i] *= neg ? -kTurboInvSqrt128 : kTurboInvSqrt128;
+    x[i] *= turbo_sign_negative(sign_words, i) ? -kTurboInvSqrt128 : kTurboInvSqrt128;
   }
   __syncwarp();
 }
 
+// In-place forward turbo rotation R x = H (s . x) / sqrt(128) of one group, by one warp.
 __device__ __forceinline__ void forward_rotate_group(float* x, int lane,
                                                      const uint32_t* sign_words) {
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const int i = lane + 32 * k;
-    const bool neg = (sign_words[i >> 5] >> (i & 31)) & 1u;
-    if (neg) x[i] = -x[i];
+    if (turbo_sign_negative(sign_words, i)) x[i] = -x[i];
   }
-#pragma unroll
-  for (int h = 1; h < 128; h <<= 1) {
-    __syncwarp();
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const int p = lane + 32 * k;
-      const int i = (p / h) * 2 * h + (p % h);
-      const float a = x[i], b = x[i + h];
-      x[i] = a + b;
-      x[i + h] = a - b;
-    }
-  }
-  __syncwarp();
+  fwht128(x, lane);
 #pragma unroll
   for (int k = 0; k < 4; ++k) x[lane + 32 * k] *= kTurboInvSqrt128;
   __syncwarp();
