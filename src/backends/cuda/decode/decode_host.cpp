@@ -47,6 +47,20 @@ std::optional<std::string> reject_no_device(const AttentionProblem&) {
   return std::string("no CUDA device is visible");
 }
 
+// The kernels use Hopper instructions (griddepcontrol) and are built for sm_90 (+ its PTX).
+std::optional<std::string> reject_arch(const AttentionProblem&) {
+  static const int cc = [] {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+      return 0;
+    return 10 * major + minor;
+  }();
+  if (cc >= 90) return std::nullopt;
+  return fmt::format("the current device is sm_{}; cuda.decode needs sm_90 (Hopper) or newer", cc);
+}
+
 std::optional<std::string> reject_q_tokens(const AttentionProblem& p) {
   if (p.n_q_tokens <= kMaxDecodeQTokens) return std::nullopt;
   return fmt::format("n_q_tokens = {} is above {} (decode and speculative steps only)",
@@ -200,6 +214,7 @@ void register_decode(std::vector<KernelCandidate>& out) {
   c.priority = 300;
   c.opt_in_only = false;
   c.guards = {{"cuda_device", reject_no_device},
+              {"compute_capability", reject_arch},
               {"decode_q_tokens", reject_q_tokens},
               {"grid", reject_grid},
               {"shared_memory", reject_smem}};
