@@ -120,16 +120,7 @@ Expected<std::string> GuardedDevice::check_guards(const gpu::Stream& stream) con
       !s)
     return s.error();
   if (Status s = stream.synchronize(); !s) return s.error();
-  // Report the damaged byte nearest to the payload: that is where an overrun starts.
-  for (size_t i = kGuardBytes; i-- > 0;)
-    if (head[i] != kSentinel)
-      return fmt::format("write {} bytes before the buffer (byte = 0x{:02x})", kGuardBytes - i,
-                         head[i]);
-  for (size_t i = 0; i < kGuardBytes; ++i)
-    if (tail[i] != kSentinel)
-      return fmt::format("write {} bytes past the end of the {}-byte buffer (byte = 0x{:02x})",
-                         i + 1, bytes_, tail[i]);
-  return std::string();
+  return parity::GuardedBuffer::check_guards(head.data(), tail.data(), bytes_).value_or("");
 }
 
 // Device inputs and outputs

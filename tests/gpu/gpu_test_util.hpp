@@ -18,6 +18,7 @@
 #include "kvflash/problem.hpp"
 #include "kvflash/registry.hpp"
 #include "kvflash/status.hpp"
+#include "parity/guarded_buffer.hpp"
 
 #define KVFLASH_REQUIRE_GPU()                                                  \
   do {                                                                         \
@@ -72,8 +73,9 @@ Expected<Reference> reference(const HostInputs& in);
 // payload, so a kernel that writes outside what it was given is caught.
 class GuardedDevice {
  public:
-  static constexpr size_t kGuardBytes = 4096;
-  static constexpr uint8_t kSentinel = 0xA5;
+  // The parity harness's guard layout and sentinel, judged by its check_guards.
+  static constexpr size_t kGuardBytes = parity::GuardedBuffer::kGuardBytes;
+  static constexpr uint8_t kSentinel = parity::GuardedBuffer::kSentinel;
   static constexpr uint8_t kPoison = 0xFF;  // NaN as f32
 
   GuardedDevice() = default;

@@ -35,7 +35,11 @@ void GuardedBuffer::fill_f32(float value) {
 
 std::optional<std::string> GuardedBuffer::check_guards() const {
   const auto* head = reinterpret_cast<const uint8_t*>(base_.get());
-  const uint8_t* tail = head + kGuardBytes + bytes_;
+  return check_guards(head, head + kGuardBytes + bytes_, bytes_);
+}
+
+std::optional<std::string> GuardedBuffer::check_guards(const uint8_t* head, const uint8_t* tail,
+                                                       size_t payload_bytes) {
   // Report the damaged byte nearest to the payload: that is where an overrun starts.
   for (size_t i = kGuardBytes; i-- > 0;)
     if (head[i] != kSentinel)
@@ -44,7 +48,7 @@ std::optional<std::string> GuardedBuffer::check_guards() const {
   for (size_t i = 0; i < kGuardBytes; ++i)
     if (tail[i] != kSentinel)
       return fmt::format("write {} bytes past the end of the {}-byte buffer (byte = 0x{:02x})",
-                         i + 1, bytes_, tail[i]);
+                         i + 1, payload_bytes, tail[i]);
   return std::nullopt;
 }
 

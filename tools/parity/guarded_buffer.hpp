@@ -38,6 +38,10 @@ class GuardedBuffer {
 
   // std::nullopt when both guards hold the sentinel, else which guard was hit and where.
   std::optional<std::string> check_guards() const;
+  // The same judgement of guards copied from elsewhere (a device mirror): `head` and `tail` hold
+  // the kGuardBytes before and after a payload of payload_bytes.
+  static std::optional<std::string> check_guards(const uint8_t* head, const uint8_t* tail,
+                                                 size_t payload_bytes);
 
   // The whole allocation: head guard (kGuardBytes), payload (size()), tail guard (at least
   // kGuardBytes, rounded up to kAlignment). A device mirror (device_buffers.hpp) has the same
