@@ -130,40 +130,33 @@ def parse_int_list(flag, text):
     return out
 
 
-def parse_heads(text):
-    help_ = "expected QUERY_HEADS/KV_HEADS with KV_HEADS dividing QUERY_HEADS, e.g. 32/8,64/8"
+def parse_pairs(text, flag, help_, valid):
+    """Comma list of A or A/B (B defaults to A), each pair accepted by valid(a, b)."""
     out = []
     for item in [x for x in text.split(",") if x.strip()]:
         parts = item.split("/")
         try:
-            q = int(parts[0])
-            kv = int(parts[1]) if len(parts) == 2 else q
-            if len(parts) > 2 or q < 1 or kv < 1 or q % kv:
+            a = int(parts[0])
+            b = int(parts[1]) if len(parts) == 2 else a
+            if len(parts) > 2 or not valid(a, b):
                 raise ValueError
         except ValueError:
-            raise argparse.ArgumentTypeError(f"--heads: '{item}' is not valid; {help_}")
-        out.append((q, kv))
+            raise argparse.ArgumentTypeError(f"{flag}: '{item}' is not valid; {help_}")
+        out.append((a, b))
     if not out:
-        raise argparse.ArgumentTypeError(f"--heads: '{text}' is not valid; {help_}")
+        raise argparse.ArgumentTypeError(f"{flag}: '{text}' is not valid; {help_}")
     return out
+
+
+def parse_heads(text):
+    return parse_pairs(text, "--heads",
+                       "expected QUERY_HEADS/KV_HEADS with KV_HEADS dividing QUERY_HEADS, e.g. 32/8,64/8",
+                       lambda q, kv: q >= 1 and kv >= 1 and q % kv == 0)
 
 
 def parse_head_dims(text):
-    help_ = "expected a head dim or DK/DV, e.g. 128 or 128,576/512"
-    out = []
-    for item in [x for x in text.split(",") if x.strip()]:
-        parts = item.split("/")
-        try:
-            dk = int(parts[0])
-            dv = int(parts[1]) if len(parts) == 2 else dk
-            if len(parts) > 2 or dk < 1 or dv < 1:
-                raise ValueError
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"--head-dim: '{item}' is not valid; {help_}")
-        out.append((dk, dv))
-    if not out:
-        raise argparse.ArgumentTypeError(f"--head-dim: '{text}' is not valid; {help_}")
-    return out
+    return parse_pairs(text, "--head-dim", "expected a head dim or DK/DV, e.g. 128 or 128,576/512",
+                       lambda dk, dv: dk >= 1 and dv >= 1)
 
 
 def parse_names(flag, allowed):
