@@ -124,6 +124,29 @@ TEST(CpuAttention, EveryDecodeKernelEveryTypePair) {
       }
 }
 
+// The decode kernel has two paths: 1, 2 or 4 rows per KV head with whole 32-value units decode
+// K and V straight into registers (a group of R rows, 16 / R keys at a time; turbo group by
+// group), anything else goes through dequantized tiles. Every row count and head-dim shape of
+// both, every K type, with a partial last chunk of keys.
+TEST(CpuAttention, DecodeEveryRowCountAndHeadDimShape) {
+  const std::pair<int32_t, int32_t> heads[] = {{1, 1}, {2, 1}, {4, 1}, {3, 1}, {8, 1}, {8, 2}};
+  const HeadDims dims[] = {{64, 64}, {96, 96}, {80, 80}, {256, 256}, {576, 512}};
+  for (const std::string& k : cpu_kernels(true))
+    for (auto [hq, hkv] : heads)
+      for (HeadDims d : dims)
+        for (KvType kt : kAllKvTypes) {
+          AttentionProblem p;
+          p.n_q_heads = hq;
+          p.n_kv_heads = hkv;
+          p.kv_capacity = 100;  // three whole chunks of 32 keys and 4 keys
+          p.head_dim = d;
+          p.k_type = kt;
+          p.v_type = kAllKvTypes[(static_cast<size_t>(kt) + hq) % std::size(kAllKvTypes)];
+          Inputs in = make_inputs(p, 13 + hq);
+          expect_matches_reference(in, k, 1);
+        }
+}
+
 TEST(CpuAttention, PrefillCausalWithEveryFeature) {
   for (const std::string& k : cpu_kernels(false)) {
     AttentionProblem p;

@@ -48,8 +48,9 @@ inline v16 load(const float* p) {
 inline void store(float* p, v16 v) {
   std::memcpy(p, &v, sizeof(v));
 }
+// A broadcast (v16{} + x would be an addition: -0.0f + 0.0f is not -0.0f).
 inline v16 splat(float x) {
-  return v16{} + x;
+  return __builtin_shufflevector(v16{x}, v16{x}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
 }
 inline v16 as_float(v16u u) {
   v16 f;
@@ -368,34 +369,402 @@ struct CentroidTable {
                                  31);
 }
 
-// Scores of one row against 16 keys of the K tile. The tile is stored (dk / 16, kKeyChunk, 16):
-// the 16 keys' vectors of one 16-dim slice are adjacent, so the 16 loads of a step sit at
-// constant offsets from one pointer (a (key, dim) layout needs 16 live pointers and spills).
-[[gnu::always_inline]] inline v16 score16(const float* q, const float* ktile, int32_t dk) {
-  v16 acc[kLanes] = {};
-  for (int32_t d = 0; d < dk; d += kLanes, ktile += kKeyChunk * kLanes) {
-    const v16 qv = load(q + d);
+// Scores of R rows against the kKeyChunk keys of the K tile, J = 16 / R keys at a time. The tile
+// is stored (dk / 16, kKeyChunk, 16): the keys' vectors of one 16-dim slice are adjacent, so the
+// loads of a step sit at constant offsets from one pointer. Each K vector loaded feeds R rows and
+// each Q vector J keys (scoring one row at a time costs a load per FMA). The R x J accumulators
+// are reduced at once (reduce16: lane r * J + j = row r, key j); row r's scores land at
+// out[r * kKeyChunk + key].
+template <int R>
+[[gnu::always_inline]] inline void score_rows(const float* q, int32_t dk, const float* ktile,
+                                              float* out) {
+  constexpr int J = kLanes / R;
+  static_assert(R * J == kLanes && kKeyChunk % J == 0);
+  for (int32_t k0 = 0; k0 < kKeyChunk; k0 += J) {
+    v16 acc[kLanes] = {};
+    const float* kt = ktile + (k0 / kLanes) * kLanes * kLanes + (k0 % kLanes) * kLanes;
+    for (int32_t d = 0; d < dk; d += kLanes, kt += kKeyChunk * kLanes) {
+      v16 kv[J];
 #pragma GCC unroll 16
-    for (int j = 0; j < kLanes; ++j) acc[j] += qv * load(ktile + j * kLanes);
+      for (int j = 0; j < J; ++j) kv[j] = load(kt + j * kLanes);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const v16 qv = load(q + static_cast<int64_t>(r) * dk + d);
+#pragma GCC unroll 16
+        for (int j = 0; j < J; ++j) acc[r * J + j] += qv * kv[j];
+      }
+    }
+    const v16 sums = reduce16(acc);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+      std::memcpy(out + r * kKeyChunk + k0, reinterpret_cast<const float*>(&sums) + r * J, J * 4);
   }
-  return reduce16(acc);
 }
 
-// o[0 .. U*16) += sum_j w[j] * v[j * dv + 0 .. U*16): U vectors of o stay in registers.
-template <int U>
-[[gnu::always_inline]] inline void pv_block(const float* w, int32_t n, const float* v, int32_t dv,
-                                            float* o) {
-  v16 acc[U];
+// o[r][0 .. U*16) += sum_j w[r][j] * v[j][0 .. U*16) for R rows (w rows kKeyChunk apart, o rows
+// dv apart): the R x U vectors of o stay in registers across the keys, and each V vector loaded
+// feeds R rows.
+template <int R, int U>
+[[gnu::always_inline]] inline void pv_rows(const float* w, int32_t n, const float* v, int32_t dv,
+                                           float* o) {
+  v16 acc[R][U];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-  for (int u = 0; u < U; ++u) acc[u] = load(o + u * kLanes);
+    for (int u = 0; u < U; ++u) acc[r][u] = load(o + static_cast<int64_t>(r) * dv + u * kLanes);
   for (int32_t j = 0; j < n; ++j) {
-    const v16 wj = splat(w[j]);
     const float* vr = v + static_cast<int64_t>(j) * dv;
+    v16 vv[U];
 #pragma GCC unroll 8
-    for (int u = 0; u < U; ++u) acc[u] += wj * load(vr + u * kLanes);
+    for (int u = 0; u < U; ++u) vv[u] = load(vr + u * kLanes);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const v16 wj = splat(w[r * kKeyChunk + j]);
+#pragma GCC unroll 8
+      for (int u = 0; u < U; ++u) acc[r][u] += wj * vv[u];
+    }
   }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-  for (int u = 0; u < U; ++u) store(o + u * kLanes, acc[u]);
+    for (int u = 0; u < U; ++u) store(o + static_cast<int64_t>(r) * dv + u * kLanes, acc[r][u]);
+}
+
+// P * V for R rows over the whole of dv: blocks of U vectors (R * U = 16 accumulators, 8 for one
+// row), then single vectors for what is left of a dv that is not a multiple of the block.
+template <int R>
+[[gnu::always_inline]] inline void pv_all(const float* w, int32_t n, const float* vtile, int32_t dv,
+                                          float* o) {
+  constexpr int U = R == 1 ? 8 : kLanes / R;
+  int32_t d0 = 0;
+  for (; d0 + U * kLanes <= dv; d0 += U * kLanes) pv_rows<R, U>(w, n, vtile + d0, dv, o + d0);
+  for (; d0 < dv; d0 += kLanes) pv_rows<R, 1>(w, n, vtile + d0, dv, o + d0);
+}
+
+// ---- fused decode path: K and V decoded straight into registers, no tile ----------------
+// For calls of at most kFusedRows query rows (decode: one token of a GQA group of up to 4) each
+// K and V value is used by every row right after it is decoded, so it never goes through memory:
+// no tile store and reload, which at GQA 4 cost about as much as the arithmetic.
+inline constexpr int32_t kFusedRows = 4;
+
+// Values [32u, 32u + 32) of one stored row of type T, as two 16-lane vectors. table: the
+// CentroidTable of a turbo type.
+template <KvType T>
+[[gnu::always_inline]] inline void unit(const uint8_t* row, int32_t u, const float* table, v16& a,
+                                        v16& b) {
+  if constexpr (T == KvType::f32) {
+    a = load(reinterpret_cast<const float*>(row) + 32 * u);
+    b = load(reinterpret_cast<const float*>(row) + 32 * u + 16);
+  } else if constexpr (T == KvType::f16) {
+    a = half_to_float(reinterpret_cast<const uint16_t*>(row) + 32 * u);
+    b = half_to_float(reinterpret_cast<const uint16_t*>(row) + 32 * u + 16);
+  } else if constexpr (T == KvType::bf16) {
+    float tmp[32];
+    deq_bf16(row + 64 * u, 32, tmp, kLanes, nullptr);
+    a = load(tmp);
+    b = load(tmp + 16);
+  } else if constexpr (T == KvType::q8_0) {
+    const uint8_t* blk = row + u * sizeof(BlockQ8_0);
+    const v16 d = splat(half_to_float1(read_u16(blk)));
+    a = __builtin_convertvector(widen_s8(blk + 2), v16) * d;
+    b = __builtin_convertvector(widen_s8(blk + 2 + kLanes), v16) * d;
+  } else if constexpr (T == KvType::q4_0) {
+    const uint8_t* blk = row + u * sizeof(BlockQ4_0);
+    const float d = half_to_float1(read_u16(blk));
+    const v16 dv = splat(d), bias = splat(-8.0f * d);
+    const v16i q = widen_u8(blk + 2);
+    a = __builtin_convertvector(q & 15, v16) * dv + bias;
+    b = __builtin_convertvector(q >> 4, v16) * dv + bias;
+  } else {
+    constexpr int Bits = T == KvType::turbo2 ? 2 : T == KvType::turbo3 ? 3 : 4;
+    using Block = std::conditional_t<Bits == 2, BlockTurbo2,
+                                     std::conditional_t<Bits == 3, BlockTurbo3, BlockTurbo4>>;
+    const uint8_t* blk = row + (u / 4) * sizeof(Block);
+    const v16 scaled = load(table) * half_to_float1(read_u16(blk));
+    const int c = 2 * (u % 4);  // first of the two 16-value slices of the group
+    if constexpr (Bits == 4) {
+      const v16i p0 = widen_u8(blk + 2 + (c % 4) * kLanes);
+      const v16i p1 = widen_u8(blk + 2 + (c % 4 + 1) * kLanes);
+      a = lookup(p0 >> (4 * (c / 4)), scaled);
+      b = lookup(p1 >> (4 * (c / 4)), scaled);
+    } else {
+      const v16i lo0 = widen_u8(blk + 2) >> c, lo1 = widen_u8(blk + 2 + kLanes) >> c;
+      if constexpr (Bits == 2) {
+        a = lookup(lo0, scaled);
+        b = lookup(lo1, scaled);
+      } else {
+        // Bit s of the 1-bit plane moved to bit 2 for slice s (see turbo_codes).
+        const v16i qh = widen_u8(blk + 2 + 32);
+        const v16i h0 = c >= 2 ? qh >> (c - 2) : qh << (2 - c);
+        const v16i h1 = qh >> (c - 1);
+        a = lookup((lo0 & 3) | (h0 & ~3), scaled);
+        b = lookup((lo1 & 3) | (h1 & ~3), scaled);
+      }
+    }
+  }
+}
+
+// Raw scores of R rows (q rows dk apart) against keys 0 .. n-1 of rows `stride` bytes apart,
+// J = 16 / R keys at a time; keys n .. kKeyChunk-1 repeat key n-1 (hidden later). Row r's scores
+// land at out[r * kKeyChunk + key].
+// The next chunk's rows are prefetched along the way, J of each per step (see Prefetch).
+template <KvType T, int R>
+void score_fused(const float* q, int32_t dk, const uint8_t* k, int64_t stride, int32_t n,
+                 const float* table, float* out, const Prefetch& pf) {
+  constexpr int J = kLanes / R;
+  for (int32_t k0 = 0; k0 < kKeyChunk; k0 += J) {
+    for (int32_t j = k0; j < std::min(k0 + J, pf.n); ++j) {
+      prefetch_lines(pf.k + j * pf.k_stride, pf.k_bytes);
+      prefetch_lines(pf.v + j * pf.v_stride, pf.v_bytes);
+    }
+    const uint8_t* rows[J];
+#pragma GCC unroll 16
+    for (int j = 0; j < J; ++j) rows[j] = k + std::min(k0 + j, n - 1) * stride;
+    v16 acc[kLanes] = {};
+    for (int32_t u = 0; u < dk / 32; ++u) {
+      v16 qa[R], qb[R];
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        qa[r] = load(q + static_cast<int64_t>(r) * dk + 32 * u);
+        qb[r] = load(q + static_cast<int64_t>(r) * dk + 32 * u + 16);
+      }
+#pragma GCC unroll 16
+      for (int j = 0; j < J; ++j) {
+        v16 a, b;
+        unit<T>(rows[j], u, table, a, b);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {  // two FMAs (qa * a + qb * b would be a mul, FMA, add)
+          acc[r * J + j] += qa[r] * a;
+          acc[r * J + j] += qb[r] * b;
+        }
+      }
+    }
+    const v16 sums = reduce16(acc);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+      std::memcpy(out + r * kKeyChunk + k0, reinterpret_cast<const float*>(&sums) + r * J, J * 4);
+  }
+}
+
+// o[r] += sum_j w[r][j] * V[j] for R rows (w rows kKeyChunk apart, o rows dv apart) over keys
+// 0 .. n-1 of rows `stride` bytes apart, dv in blocks of 2 * U2 vectors whose R * 2 * U2
+// accumulators stay in registers across the keys.
+template <KvType T, int R>
+void pv_fused(const float* w, const uint8_t* v, int64_t stride, int32_t n, int32_t dv,
+              const float* table, float* o) {
+  constexpr int U2 = R == 4 ? 2 : 4;  // 32-value units per block
+  int32_t u0 = 0;
+  for (; u0 < dv / 32; u0 += U2) {
+    const int nu = std::min<int32_t>(U2, dv / 32 - u0);
+    if (nu != U2) break;
+    v16 acc[R][2 * U2];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+      for (int x = 0; x < 2 * U2; ++x)
+        acc[r][x] = load(o + static_cast<int64_t>(r) * dv + 32 * u0 + x * kLanes);
+    for (int32_t j = 0; j < n; ++j) {
+      const uint8_t* row = v + j * stride;
+      v16 wj[R];
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) wj[r] = splat(w[r * kKeyChunk + j]);
+#pragma GCC unroll 4
+      for (int x = 0; x < U2; ++x) {
+        v16 a, b;
+        unit<T>(row, u0 + x, table, a, b);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+          acc[r][2 * x] += wj[r] * a;
+          acc[r][2 * x + 1] += wj[r] * b;
+        }
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+      for (int x = 0; x < 2 * U2; ++x)
+        store(o + static_cast<int64_t>(r) * dv + 32 * u0 + x * kLanes, acc[r][x]);
+  }
+  // What is left of dv, one unit at a time.
+  for (; u0 < dv / 32; ++u0) {
+    v16 acc[R][2];
+    for (int r = 0; r < R; ++r) {
+      acc[r][0] = load(o + static_cast<int64_t>(r) * dv + 32 * u0);
+      acc[r][1] = load(o + static_cast<int64_t>(r) * dv + 32 * u0 + kLanes);
+    }
+    for (int32_t j = 0; j < n; ++j) {
+      v16 a, b;
+      unit<T>(v + j * stride, u0, table, a, b);
+      for (int r = 0; r < R; ++r) {
+        const v16 wj = splat(w[r * kKeyChunk + j]);
+        acc[r][0] += wj * a;
+        acc[r][1] += wj * b;
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      store(o + static_cast<int64_t>(r) * dv + 32 * u0, acc[r][0]);
+      store(o + static_cast<int64_t>(r) * dv + 32 * u0 + kLanes, acc[r][1]);
+    }
+  }
+}
+
+// turbo rows, group by group: the bit planes of a 128-value group are widened once for 4 of its
+// 16-value slices (half = 0: slices 0-3, 1: slices 4-7) and the centroids read from a table that
+// holds the group's norm (one multiply per group and key, not per value).
+template <int Bits>
+using TurboBlock = std::conditional_t<Bits == 2, BlockTurbo2,
+                                      std::conditional_t<Bits == 3, BlockTurbo3, BlockTurbo4>>;
+
+template <int Bits>
+[[gnu::always_inline]] inline void turbo_half(const uint8_t* blk, int half, const v16& table,
+                                              v16 (&out)[4]) {
+  if constexpr (Bits == 4) {
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i)
+      out[i] = lookup(widen_u8(blk + 2 + i * kLanes) >> (4 * half), table);
+  } else {
+    const v16i p0 = widen_u8(blk + 2), p1 = widen_u8(blk + 2 + kLanes);
+    const v16i qh = Bits == 3 ? widen_u8(blk + 2 + 32) : v16i{};
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      const int c = 4 * half + i;
+      const v16i lo = (i % 2 == 0 ? p0 : p1) >> (2 * (c / 2));
+      if constexpr (Bits == 2) {
+        out[i] = lookup(lo, table);
+      } else {
+        // Bit c of the 1-bit plane moved to bit 2 (see turbo_codes).
+        const v16i hi = c >= 2 ? qh >> (c - 2) : qh << (2 - c);
+        out[i] = lookup((lo & 3) | (hi & ~3), table);
+      }
+    }
+  }
+}
+
+template <int Bits, int R>
+void score_turbo(const float* q, int32_t dk, const uint8_t* k, int64_t stride, int32_t n,
+                 const float* table, float* out, const Prefetch& pf) {
+  using Block = TurboBlock<Bits>;
+  constexpr int J = kLanes / R;
+  const v16 tab = load(table);
+  for (int32_t k0 = 0; k0 < kKeyChunk; k0 += J) {
+    for (int32_t j = k0; j < std::min(k0 + J, pf.n); ++j) {
+      prefetch_lines(pf.k + j * pf.k_stride, pf.k_bytes);
+      prefetch_lines(pf.v + j * pf.v_stride, pf.v_bytes);
+    }
+    const uint8_t* rows[J];
+#pragma GCC unroll 16
+    for (int j = 0; j < J; ++j) rows[j] = k + std::min(k0 + j, n - 1) * stride;
+    v16 acc[kLanes] = {};
+    for (int32_t g = 0; g < dk / kTurboValues; ++g) {
+#pragma GCC unroll 16
+      for (int j = 0; j < J; ++j) {
+        const uint8_t* blk = rows[j] + g * sizeof(Block);
+        const v16 scaled = tab * half_to_float1(read_u16(blk));
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          v16 kv[4];
+          turbo_half<Bits>(blk, h, scaled, kv);
+#pragma GCC unroll 4
+          for (int i = 0; i < 4; ++i)
+#pragma GCC unroll 4
+            for (int r = 0; r < R; ++r)
+              acc[r * J + j] +=
+                  load(q + static_cast<int64_t>(r) * dk + g * kTurboValues + (4 * h + i) * kLanes) *
+                  kv[i];
+        }
+      }
+    }
+    const v16 sums = reduce16(acc);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+      std::memcpy(out + r * kKeyChunk + k0, reinterpret_cast<const float*>(&sums) + r * J, J * 4);
+  }
+}
+
+template <int Bits, int R>
+void pv_turbo(const float* w, const uint8_t* v, int64_t stride, int32_t n, int32_t dv,
+              const float* table, float* o) {
+  using Block = TurboBlock<Bits>;
+  const v16 tab = load(table);
+  // Blocks of half a group (4 vectors): R * 4 accumulators (8 for R = 1 with both halves).
+  for (int32_t g = 0; g < dv / kTurboValues; ++g) {
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      float* ob = o + g * kTurboValues + h * 4 * kLanes;
+      v16 acc[R][4];
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i)
+          acc[r][i] = load(ob + static_cast<int64_t>(r) * dv + i * kLanes);
+      for (int32_t j = 0; j < n; ++j) {
+        const uint8_t* blk = v + j * stride + g * sizeof(Block);
+        v16 vv[4];
+        turbo_half<Bits>(blk, h, tab * half_to_float1(read_u16(blk)), vv);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+          const v16 wj = splat(w[r * kKeyChunk + j]);
+#pragma GCC unroll 4
+          for (int i = 0; i < 4; ++i) acc[r][i] += wj * vv[i];
+        }
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i)
+          store(ob + static_cast<int64_t>(r) * dv + i * kLanes, acc[r][i]);
+    }
+  }
+}
+
+using ScoreFused = void (*)(const float*, int32_t, const uint8_t*, int64_t, int32_t, const float*,
+                            float*, const Prefetch&);
+using PvFused = void (*)(const float*, const uint8_t*, int64_t, int32_t, int32_t, const float*,
+                         float*);
+
+template <int R>
+ScoreFused pick_score_fused(KvType t) {
+  switch (t) {
+    case KvType::f32:
+      return score_fused<KvType::f32, R>;
+    case KvType::f16:
+      return score_fused<KvType::f16, R>;
+    case KvType::bf16:
+      return score_fused<KvType::bf16, R>;
+    case KvType::q8_0:
+      return score_fused<KvType::q8_0, R>;
+    case KvType::q4_0:
+      return score_fused<KvType::q4_0, R>;
+    case KvType::turbo2:
+      return score_turbo<2, R>;
+    case KvType::turbo3:
+      return score_turbo<3, R>;
+    case KvType::turbo4:
+      return score_turbo<4, R>;
+  }
+  return nullptr;
+}
+template <int R>
+PvFused pick_pv_fused(KvType t) {
+  switch (t) {
+    case KvType::f32:
+      return pv_fused<KvType::f32, R>;
+    case KvType::f16:
+      return pv_fused<KvType::f16, R>;
+    case KvType::bf16:
+      return pv_fused<KvType::bf16, R>;
+    case KvType::q8_0:
+      return pv_fused<KvType::q8_0, R>;
+    case KvType::q4_0:
+      return pv_fused<KvType::q4_0, R>;
+    case KvType::turbo2:
+      return pv_turbo<2, R>;
+    case KvType::turbo3:
+      return pv_turbo<3, R>;
+    case KvType::turbo4:
+      return pv_turbo<4, R>;
+  }
+  return nullptr;
 }
 
 }  // namespace
@@ -406,8 +775,23 @@ namespace {
 struct Context {
   Dequant deq_k, deq_v;
   CentroidTable ck, cv;
+  // The fused path (no tiles), where it applies: 1, 2 or 4 rows, whole 32-value units.
+  ScoreFused score = nullptr;
+  PvFused pv = nullptr;
   explicit Context(const AttendParams& p)
-      : deq_k(pick_dequant(p.k_type)), deq_v(pick_dequant(p.v_type)), ck(p.k_type), cv(p.v_type) {}
+      : deq_k(pick_dequant(p.k_type)), deq_v(pick_dequant(p.v_type)), ck(p.k_type), cv(p.v_type) {
+    if (p.dk % 32 != 0 || p.dv % 32 != 0) return;
+    if (p.n_rows == 1) {
+      score = pick_score_fused<1>(p.k_type);
+      pv = pick_pv_fused<1>(p.v_type);
+    } else if (p.n_rows == 2) {
+      score = pick_score_fused<2>(p.k_type);
+      pv = pick_pv_fused<2>(p.v_type);
+    } else if (p.n_rows == 4) {
+      score = pick_score_fused<4>(p.k_type);
+      pv = pick_pv_fused<4>(p.v_type);
+    }
+  }
 };
 
 // One KV head, keys [p.kv_begin, p.kv_end).
@@ -445,13 +829,28 @@ void attend_head(const AttendParams& p, const Context& ctx) {
                 k_row_bytes,
                 v_row_bytes,
                 static_cast<int32_t>(std::clamp<int64_t>(pf_end - (c0 + n), 0, kKeyChunk))};
-    // K tile layout (dk / 16, kKeyChunk, 16), see score16.
-    deq_k(p.k + c0 * p.k_stride, p.k_stride, n, dk, ktile, kLanes, kKeyChunk * kLanes, tab_k, pf);
-    // Keys past the range score against zeros and are then hidden; zeroing keeps them finite.
-    if (n < kKeyChunk)
-      for (int32_t d = 0; d < dk; d += kLanes)
-        std::memset(ktile + (d * kKeyChunk + n * kLanes), 0,
-                    sizeof(float) * (kKeyChunk - n) * kLanes);
+    if (ctx.score) {
+      ctx.score(p.q, dk, p.k + c0 * p.k_stride, p.k_stride, n, tab_k, probs, pf);
+    } else {
+      // K tile layout (dk / 16, kKeyChunk, 16), see score_rows.
+      deq_k(p.k + c0 * p.k_stride, p.k_stride, n, dk, ktile, kLanes, kKeyChunk * kLanes, tab_k, pf);
+      // Keys past the range score against zeros and are then hidden; zeroing keeps them finite.
+      if (n < kKeyChunk)
+        for (int32_t d = 0; d < dk; d += kLanes)
+          std::memset(ktile + (d * kKeyChunk + n * kLanes), 0,
+                      sizeof(float) * (kKeyChunk - n) * kLanes);
+
+      // Raw scores of every row: rows in groups of 4 (then 2, 1) share each K vector they load.
+      {
+        int32_t r = 0;
+        for (; r + 4 <= p.n_rows; r += 4)
+          score_rows<4>(p.q + static_cast<int64_t>(r) * dk, dk, ktile, probs + r * kKeyChunk);
+        for (; r + 2 <= p.n_rows; r += 2)
+          score_rows<2>(p.q + static_cast<int64_t>(r) * dk, dk, ktile, probs + r * kKeyChunk);
+        for (; r < p.n_rows; ++r)
+          score_rows<1>(p.q + static_cast<int64_t>(r) * dk, dk, ktile, probs + r * kKeyChunk);
+      }
+    }
 
     bool any_visible = false;
     for (int32_t r = 0; r < p.n_rows; ++r) {
@@ -464,9 +863,8 @@ void attend_head(const AttendParams& p, const Context& ctx) {
         std::memset(pr, 0, sizeof(float) * kKeyChunk);
         continue;
       }
-      const float* q = p.q + static_cast<int64_t>(r) * dk;
       v16 s[kChunkVecs];
-      for (int32_t c = 0; c < kChunkVecs; ++c) s[c] = score16(q, ktile + c * kLanes * kLanes, dk);
+      for (int32_t c = 0; c < kChunkVecs; ++c) s[c] = load(pr + c * kLanes);
       float* sv = reinterpret_cast<float*>(s);
       if (p.softcap > 0.0f)
         for (int32_t j = 0; j < kKeyChunk; ++j) sv[j] = p.softcap * std::tanh(sv[j] / p.softcap);
@@ -511,21 +909,20 @@ void attend_head(const AttendParams& p, const Context& ctx) {
     }
     if (!any_visible) continue;
 
+    if (ctx.pv) {
+      ctx.pv(probs, p.v + c0 * p.v_stride, p.v_stride, n, dv, tab_v, p.o);
+      continue;
+    }
     deq_v(p.v + c0 * p.v_stride, p.v_stride, n, dv, vtile, dv, kLanes, tab_v, Prefetch{});
-    // o[r] += sum_j probs[r][j] * V[j]; eight vectors of o stay in registers across the keys.
-    constexpr int32_t kBlock = 8 * kLanes;
-    for (int32_t r = 0; r < p.n_rows; ++r) {
-      const float* pr = probs + static_cast<int64_t>(r) * kKeyChunk;
-      float* o = p.o + static_cast<int64_t>(r) * dv;
-      for (int32_t d0 = 0; d0 < dv; d0 += kBlock) {
-        const int32_t nv = std::min<int32_t>(8, (dv - d0) / kLanes);
-        if (nv == 8) {
-          pv_block<8>(pr, n, vtile + d0, dv, o + d0);
-        } else {
-          for (int32_t u = 0; u < nv; ++u)
-            pv_block<1>(pr, n, vtile + d0 + u * kLanes, dv, o + d0 + u * kLanes);
-        }
-      }
+    // o[r] += sum_j probs[r][j] * V[j], rows in groups of 4 (then 2, 1) sharing each V vector.
+    {
+      int32_t r = 0;
+      for (; r + 4 <= p.n_rows; r += 4)
+        pv_all<4>(probs + r * kKeyChunk, n, vtile, dv, p.o + static_cast<int64_t>(r) * dv);
+      for (; r + 2 <= p.n_rows; r += 2)
+        pv_all<2>(probs + r * kKeyChunk, n, vtile, dv, p.o + static_cast<int64_t>(r) * dv);
+      for (; r < p.n_rows; ++r)
+        pv_all<1>(probs + r * kKeyChunk, n, vtile, dv, p.o + static_cast<int64_t>(r) * dv);
     }
   }
 }
