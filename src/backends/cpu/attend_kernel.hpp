@@ -58,11 +58,12 @@ struct AttendParams {
 };
 
 // Floats of scratch one call needs.
-int64_t attend_scratch_floats(int32_t dk, int32_t dv, int32_t n_rows);
+int64_t attend_scratch_floats(int32_t dk, int32_t dv, int32_t n_rows, int32_t n_heads);
 
 void attend_portable(const AttendParams& p);
 #if defined(KVFLASH_CPU_AVX512)
 void attend_avx512(const AttendParams& p);
+void attend_avx512vnni(const AttendParams& p);
 #endif
 
 }  // namespace kvflash::cpu

@@ -51,9 +51,9 @@ Layout make_layout(const AttentionProblem& p, int32_t n_threads) {
   off = align_up(off + tasks * rows * sizeof(float));
   L.thread_off = off;
   L.q_bytes = align_up(rows * L.dk_st * sizeof(float));  // every KV head's query rows
-  L.scratch_bytes = align_up(static_cast<size_t>(attend_scratch_floats(L.dk_st, L.dv_st,
-                                                                       L.sched.tile_rows())) *
-                             sizeof(float));  // one KV head at a time
+  L.scratch_bytes = align_up(static_cast<size_t>(attend_scratch_floats(
+                                 L.dk_st, L.dv_st, L.sched.tile_rows(), p.n_kv_heads)) *
+                             sizeof(float));  // tiles of one KV head, int16 queries of all
   L.thread_bytes = L.q_bytes + L.scratch_bytes + align_up(L.dv_st * sizeof(float));
   L.total = off + L.thread_bytes * std::max(n_threads, 1) + kAlign;  // + kAlign: base alignment
   return L;
@@ -212,6 +212,17 @@ std::optional<std::string> reject_no_avx512(const AttentionProblem&) {
   if (ok) return std::nullopt;
   return std::string("this processor lacks AVX-512 F/BW/DQ/VL with F16C and FMA");
 }
+std::optional<std::string> reject_no_vnni(const AttentionProblem&) {
+  static const bool ok = cpu_has_avx512() && __builtin_cpu_supports("avx512vnni");
+  if (ok) return std::nullopt;
+  return std::string("this processor lacks AVX512-VNNI (or AVX-512 F/BW/DQ/VL with F16C and FMA)");
+}
+// The VNNI build differs from the AVX-512 one only for turbo K or V (int16 scores and P.V).
+std::optional<std::string> reject_no_turbo(const AttentionProblem& p) {
+  if (is_rotated(p.k_type) || is_rotated(p.v_type)) return std::nullopt;
+  return fmt::format("K {} and V {}: neither is a turbo type (cpu.decode.avx512 serves these)",
+                     to_string(p.k_type), to_string(p.v_type));
+}
 #endif
 
 KernelCandidate make_candidate(std::string name, int priority, KernelFn fn, bool decode_only,
@@ -237,9 +248,17 @@ KernelCandidate make_candidate(std::string name, int priority, KernelFn fn, bool
 }  // namespace
 
 // Priorities: a decode kernel beats prefill for the problems both accept (its tile holds every
-// query token); AVX-512 beats portable. The portable pair covers the whole space on any CPU.
+// query token); AVX-512 beats portable, and its VNNI build beats it for turbo K or V. The portable
+// pair covers the whole space on any CPU.
 void register_kernels(std::vector<KernelCandidate>& out) {
 #if defined(KVFLASH_CPU_AVX512)
+  {
+    KernelCandidate vnni =
+        make_candidate("cpu.decode.avx512vnni", 210, attend_avx512vnni, true, false);
+    vnni.guards.insert(vnni.guards.begin(),
+                       {{"isa", reject_no_vnni}, {"kv_types", reject_no_turbo}});
+    out.push_back(std::move(vnni));
+  }
   out.push_back(make_candidate("cpu.decode.avx512", 200, attend_avx512, true, true));
   out.push_back(make_candidate("cpu.prefill.avx512", 190, attend_avx512, false, true));
 #endif
