@@ -1186,10 +1186,13 @@ void attend_head(const AttendParams& p, const Context& ctx, [[maybe_unused]] con
       const int32_t jlo = static_cast<int32_t>(vis_lo - c0);
       const int32_t jhi = static_cast<int32_t>(vis_hi - c0);
       v16 mx = splat(kNegInf);
+      const bool whole = jlo == 0 && jhi == kKeyChunk - 1;  // decode: every chunk but the last
       for (int32_t c = 0; c < kChunkVecs; ++c) {
-        v16i pos;
-        for (int k = 0; k < kLanes; ++k) pos[k] = c * kLanes + k;
-        s[c] = (pos < jlo) | (pos > jhi) ? splat(kNegInf) : s[c];
+        if (!whole) {
+          v16i pos;
+          for (int k = 0; k < kLanes; ++k) pos[k] = c * kLanes + k;
+          s[c] = (pos < jlo) | (pos > jhi) ? splat(kNegInf) : s[c];
+        }
         mx = mx > s[c] ? mx : s[c];
       }
       const float row_max = hmax(mx);
@@ -1199,7 +1202,10 @@ void attend_head(const AttendParams& p, const Context& ctx, [[maybe_unused]] con
       }
       any_visible = true;
       const float m_new = std::max(p.m[r], row_max);
-      const float alpha = p.m[r] == kNegInf ? 0.0f : std::exp(p.m[r] - m_new);
+      // exp_neg (the kernel's own exp) rather than a libm call; 1 exactly when the max holds.
+      const float alpha = p.m[r] == kNegInf ? 0.0f
+                          : m_new == p.m[r] ? 1.0f
+                                            : exp_neg(splat(p.m[r] - m_new))[0];
       v16 lsum = {};
       for (int32_t c = 0; c < kChunkVecs; ++c) {
         const v16 e = exp_neg(s[c] - m_new);
