@@ -728,29 +728,30 @@ void pv_turbo(const float* w, const uint8_t* v, int64_t stride, int32_t n, int32
 // vpermw (half the lookups of a float table), and vpdpwssd multiplies 32 int16 pairs into int32
 // (twice the FMA's products per instruction). Scores use Q rounded to int16 per row; P.V uses the
 // weights of each 32-key chunk rounded to int16 per (row, group), with the group's norm folded in.
-// Ranges are chosen so that no int32 sum can overflow (every bound below is checked in
-// static_asserts): |Q| and |c| <= kQ16, weights <= kW16.
-// Accuracy: Q, c and w keep 12, 12 and 14 bits relative to their maxima (f16 keeps 11), an output
-// error of about 1e-7 NMSE against float64 on the same quantized data.
-inline constexpr int32_t kQ16 = 4095;
+// Ranges are chosen so that no int32 sum can overflow (the static_asserts below):
+// scores: |Q| and |c| <= kQ16 (14 bits each against their maxima), one group per int32 lane
+// (8 products), converted to float before the 16 lanes are summed;
+// P.V: weights <= kW16 (14 bits) and |c| <= kCV16 (12 bits), one 32-key chunk per int32 lane.
+// Accuracy against float64 on the same quantized data: output NMSE about 1e-8 (f16 arithmetic
+// keeps 11 bits).
+inline constexpr int32_t kQ16 = 16383;
 inline constexpr int32_t kW16 = 16383;
-// Scores: one group (128 values) per int32 sum: 8 products per lane, then 16 lanes reduced.
-static_assert(int64_t{kQ16} * kQ16 * 8 * 16 <= INT32_MAX);
-// P.V: 32 keys of a chunk per int32 lane.
-static_assert(int64_t{kW16} * kQ16 * kKeyChunk <= INT32_MAX);
+inline constexpr int32_t kCV16 = 4095;
+static_assert(int64_t{kQ16} * kQ16 * 8 <= INT32_MAX);
+static_assert(int64_t{kW16} * kCV16 * kKeyChunk <= INT32_MAX);
 
-// The centroids of a turbo type as int16, repeated to 32 entries so that vpermw (5 index bits)
-// reads a centroid whatever the bits above the code hold.
+// The centroids of a turbo type as int16 of magnitude <= max_int, repeated to 32 entries so
+// that vpermw (5 index bits) reads a centroid whatever the bits above the code hold.
 struct TurboInt {
   alignas(64) int16_t c[32] = {};
   float scale = 0.0f;  // centroid = c * scale
-  explicit TurboInt(KvType t) {
+  TurboInt(KvType t, int32_t max_int) {
     if (!is_rotated(t)) return;
     const int n = 1 << turbo_bits(t);
     const float* cf = turbo_centroids(t);
     float mx = 0.0f;
     for (int i = 0; i < n; ++i) mx = std::max(mx, std::abs(cf[i]));
-    scale = mx / kQ16;
+    scale = mx / static_cast<float>(max_int);
     for (int i = 0; i < 32; ++i) c[i] = static_cast<int16_t>(std::lrint(cf[i % n] / scale));
   }
 };
@@ -870,7 +871,10 @@ void score_turbo_vnni(const int16_t* qi, v16 row_scale, int32_t dk, const uint8_
                 _mm512_loadu_si512(qi + static_cast<int64_t>(r) * dk + g * kTurboValues + 32 * t));
         }
       }
-      total += __builtin_convertvector(reduce16(acc), v16) * norm_lanes<J>(blks);
+      v16 accf[kLanes];  // to float before the lanes are summed (an int32 sum could overflow)
+#pragma GCC unroll 16
+      for (int i = 0; i < kLanes; ++i) accf[i] = __builtin_convertvector(acc[i], v16);
+      total += reduce16(accf) * norm_lanes<J>(blks);
 #pragma GCC unroll 16
       for (int j = 0; j < J; ++j) blks[j] += sizeof(Block);
     }
@@ -1063,8 +1067,8 @@ struct Context {
         cv(p.v_type)
 #if defined(__AVX512VNNI__)
         ,
-        tk(p.k_type),
-        tv(p.v_type)
+        tk(p.k_type, kQ16),
+        tv(p.v_type, kCV16)
 #endif
   {
     if (p.dk % 32 != 0 || p.dv % 32 != 0) return;
