@@ -50,60 +50,10 @@ fi
 
 cmake -S . -B build/gpu -DCMAKE_BUILD_TYPE=Release -DKVFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
   "${prefix_args[@]}" > "$out/build.txt" 2>&1 &&
-  cmake --build build/gpu -j "$jobs" ${KVFLASH_GPU_QUICK:+--target kvflash-bench} \
-    ${KVFLASH_GPU_VARIANTS:+--target kvflash-bench kvflash-parity test_gpu_attention} \
-    >> "$out/build.txt" 2>&1
+  cmake --build build/gpu -j "$jobs" ${KVFLASH_GPU_QUICK:+--target kvflash-bench} >> "$out/build.txt" 2>&1
 build_rc=$?
 if [ $build_rc -ne 0 ]; then
   echo "build failed ($build_rc)"; tail -n 40 "$out/build.txt"; exit $build_rc
-fi
-
-# Optional (KVFLASH_GPU_VARIANTS="none v k kv"): the staged-decode variants of cuda.decode
-# (KVFLASH_CUDA_DECODE_STAGE) side by side: GPU tests, CUDA parity cases and memcheck on the
-# short ones for the variants in KVFLASH_GPU_VARIANT_CHECKS (default kv: every staged path), then
-# one bench matrix per variant (variants.csv, variant first; variants.md).
-if [ -n "${KVFLASH_GPU_VARIANTS:-}" ]; then
-  bench=build/gpu/tools/bench/kvflash-bench
-  for v in ${KVFLASH_GPU_VARIANT_CHECKS:-kv}; do
-    {
-      echo "== variant $v"
-      KVFLASH_CUDA_DECODE_STAGE=$v build/gpu/tests/test_gpu_attention 2>&1 | tail -n 3
-      echo "tests rc=${PIPESTATUS[0]}"
-      KVFLASH_CUDA_DECODE_STAGE=$v build/gpu/tools/parity/kvflash-parity --backend cuda 2>&1 |
-        tail -n 2
-      echo "parity rc=${PIPESTATUS[0]}"
-      KVFLASH_CUDA_DECODE_STAGE=$v compute-sanitizer --tool memcheck --error-exitcode 1 \
-        build/gpu/tools/parity/kvflash-parity --backend cuda \
-        --filter 'kv(1|2|9|31|33|63|64|65|129|300)(_|$)' 2>&1 | tail -n 2
-      echo "memcheck rc=${PIPESTATUS[0]}"
-    } >> "$out/variants_check.txt" 2>&1
-  done
-  for v in $KVFLASH_GPU_VARIANTS; do
-    for args in "-ctk q8_0,q4_0,turbo3,turbo4 -d 4096,32768,131072,1048576" \
-                "-ctk q8_0,q4_0,turbo3,turbo4 -n 8 -d 32768,131072" \
-                "-ctk q8_0 -ctv turbo4,q4_0 -d 131072" "-ctk f16 -d 131072,1048576"; do
-      # shellcheck disable=SC2086
-      KVFLASH_CUDA_DECODE_STAGE=$v $bench --backend cuda -r 30 --warmup 5 --no-progress -o csv \
-        $args 2>>"$out/variants.err" | tail -n +2 | sed "s/^/$v,/" >> "$out/variants.csv"
-    done
-  done
-  grep -E "^== |rc=|passed|ERROR SUMMARY" "$out/variants_check.txt"
-  python3 - "$out/variants.csv" <<'PY' | tee "$out/variants.md"
-import csv, sys, collections
-rows = list(csv.reader(open(sys.argv[1])))
-t = collections.defaultdict(dict)
-variants = []
-for r in rows:
-    v, k, vt, depth, nq, us = r[0], r[4], r[5], r[11], r[12], float(r[17])
-    if v not in variants: variants.append(v)
-    t[(k, vt, nq, int(depth))][v] = (us, float(r[25]) if r[25] else 0.0)
-print("| K | V | n | depth | " + " | ".join(f"{v} us (%BW)" for v in variants) + " |")
-print("|---|---|---:|---:|" + "---:|" * len(variants))
-for key in sorted(t, key=lambda k: (k[2], k[0], k[1], k[3])):
-    cells = [f"{t[key][v][0]:.1f} ({t[key][v][1]:.0f}%)" if v in t[key] else "-" for v in variants]
-    print(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | " + " | ".join(cells) + " |")
-PY
-  exit 0
 fi
 
 if [ -n "${KVFLASH_GPU_QUICK:-}" ]; then

@@ -261,66 +261,6 @@ __device__ __forceinline__ void v_frags_turbo16(const uint8_t* const (&vrow)[4],
   }
 }
 
-// Eight V values of one row in natural order, dims d .. d+7 (d a multiple of 8), as four half2:
-// the staged decode (DecodeStage::v) writes them to the f16 tile with one 16-byte store.
-template <KvType T>
-__device__ __forceinline__ uint4 v_natural8(const uint8_t* row, int d, const TurboLut<T>& lut) {
-  uint32_t r[4];
-  if constexpr (T == KvType::q8_0) {
-    const uint8_t* blk = row + 34 * (d >> 5);
-    const uint32_t s = load_u16(blk);
-    const uint32_t s2 = s | (s << 16);
-    const uint8_t* qs = blk + 2 + (d & 31);
-#pragma unroll
-    for (int m = 0; m < 4; ++m) {
-      const uint32_t x = __byte_perm(load_u16(qs + 2 * m), 0u, 0x4140u);
-      r[m] = h2_sub_mul(lop_and_xor(x, 0x00ff00ffu, 0x64806480u), kH2_1152, s2);
-    }
-  } else if constexpr (T == KvType::q4_0) {
-    // Byte i holds dims i (low nibble) and i + 16 (high).
-    const uint8_t* blk = row + 18 * (d >> 5);
-    const uint32_t s = load_u16(blk);
-    const uint32_t s2 = s | (s << 16);
-    const uint8_t* qs = blk + 2 + (d & 15);
-    const int shift = (d & 16) >> 2;  // 4 for the high nibbles
-#pragma unroll
-    for (int m = 0; m < 4; ++m) {
-      const uint32_t x = __byte_perm(load_u16(qs + 2 * m), 0u, 0x4140u) >> shift;
-      r[m] = h2_sub_mul((x & 0x000f000fu) | 0x64006400u, kH2_1032, s2);
-    }
-  } else if constexpr (is_rotated(T)) {
-    constexpr int kGroupBytes = traits(T).block_bytes;
-    const uint8_t* grp = row + kGroupBytes * (d >> 7);
-    const uint32_t nrm = load_u16(grp);
-    const uint32_t n2 = nrm | (nrm << 16);
-    const int dd = d & 127;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      // Codes of dims dd + 4h .. +3 as bytes, then packed into the selector's nibbles.
-      uint32_t c;
-      if constexpr (T == KvType::turbo4) {
-        // Byte i of the 4-bit plane holds codes i (low nibble) and i + 64 (high).
-        const uint8_t* q = grp + 2 + (dd & 63) + 4 * h;
-        c = ((load_u16(q) | (uint32_t{load_u16(q + 2)} << 16)) >> (4 * (dd >> 6))) & 0x0f0f0f0fu;
-      } else {
-        // Byte i of the 2-bit plane holds codes i, i + 32, i + 64, i + 96; turbo3's 1-bit plane
-        // byte j holds bit s of code j + 16 s.
-        const uint8_t* q = grp + 2 + (dd & 31) + 4 * h;
-        c = ((load_u16(q) | (uint32_t{load_u16(q + 2)} << 16)) >> (2 * (dd >> 5))) & 0x03030303u;
-        if constexpr (T == KvType::turbo3) {
-          const uint8_t* hb = grp + 34 + (dd & 15) + 4 * h;
-          const uint32_t hw = load_u16(hb) | (uint32_t{load_u16(hb + 2)} << 16);
-          c |= ((hw >> (dd >> 4)) & 0x01010101u) << 2;
-        }
-      }
-      const uint2 v = lut.lookup4(__byte_perm(c | (c >> 4), 0u, 0x4420u));
-      r[2 * h] = h2_mul(v.x, n2);
-      r[2 * h + 1] = h2_mul(v.y, n2);
-    }
-  }
-  return make_uint4(r[0], r[1], r[2], r[3]);
-}
-
 // The unnormalized Walsh-Hadamard transform H of one 128-value group in shared memory, in
 // place, by one warp (two butterflies per lane per stage); synchronized before and after.
 __device__ __forceinline__ void fwht128(float* x, int lane) {

@@ -188,11 +188,6 @@ Status run_decode(const Plan& plan, const AttentionTensors& t, void* workspace, 
   // Float K rows shorter than the computed dims (head dim not a multiple of 32) read padding.
   d.zero_stages = traits(p.k_type).block_values == 1 && l.dkc != p.head_dim.k;
   d.q_vec4 = reinterpret_cast<uintptr_t>(t.q) % 16 == 0 && p.head_dim.k % 4 == 0;
-  d.stage_k = l.stage_k;
-  d.stage_v = l.stage_v;
-  d.fk_stride = l.fk_stride;
-  d.fv_stride = l.fv_stride;
-  d.smem_f16_off = l.smem_q_bytes + l.n_stages * l.smem_kv_bytes;
 
   auto stream = static_cast<cudaStream_t>(stream_ptr);
   const dim3 grid(static_cast<unsigned>(p.n_kv_heads * l.n_row_blocks),

@@ -29,9 +29,6 @@ template <KvType KT, KvType VT>
 __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) {
   constexpr bool kBfK = KT == KvType::bf16;  // Q.K^T in bf16 only for bf16 K, else f16
   constexpr bool kBfV = VT == KvType::bf16;
-  // Types the staged decode serves (DecodeStage): q8_0, q4_0 and turbo.
-  constexpr bool kQuantK = KT == KvType::q8_0 || KT == KvType::q4_0 || is_rotated(KT);
-  constexpr bool kQuantV = VT == KvType::q8_0 || VT == KvType::q4_0 || is_rotated(VT);
 
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ float lut_k[16], lut_v[16];
@@ -261,53 +258,6 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
     const uint8_t* vs = ks + k_tile_bytes;
     const int64_t tile_key0 = k_lo + int64_t{ti} * p.bk;
 
-    // Staged decode: the whole CTA decodes the tile's quantized K and / or V once into f16
-    // tiles; the warps below then read them as f16 rows.
-    uint8_t* const fk = smem + p.smem_f16_off;
-    uint8_t* const fv = fk + (p.stage_k ? p.bk * p.fk_stride : 0);
-    if constexpr (kQuantK || kQuantV) {
-      if (p.stage_k || p.stage_v) {
-        if constexpr (kQuantK) {
-          if (p.stage_k) {
-            // Items (row, 16-byte slot) walked with a carry, as in issue_tile.
-            const int per_row = p.dkc / 8;
-            const int dr = kThreads / per_row, du = kThreads % per_row;
-            for (int r = tid / per_row, u = tid % per_row; r < p.bk; r += dr, u += du) {
-              if (u >= per_row) {
-                u -= per_row;
-                if (++r >= p.bk) break;
-              }
-              const uint8_t* row =
-                  ks + r * p.sk_stride + row_offset(k_base, p.k_st, p.k_unit, tile_key0 + r);
-              uint4 w;
-              if constexpr (is_rotated(KT))
-                w = k_frag_turbo<KT>(row, u >> 2, u & 3, tlut_k);
-              else
-                w = k_frag_quant<KT>(row, u >> 2, u & 3);
-              *reinterpret_cast<uint4*>(fk + r * p.fk_stride + 16 * u) = w;
-            }
-          }
-        }
-        if constexpr (kQuantV) {
-          if (p.stage_v) {
-            const int per_row = p.dvc / 8;
-            const int dr = kThreads / per_row, du = kThreads % per_row;
-            for (int r = tid / per_row, u = tid % per_row; r < p.bk; r += dr, u += du) {
-              if (u >= per_row) {
-                u -= per_row;
-                if (++r >= p.bk) break;
-              }
-              const uint8_t* row =
-                  vs + r * p.sv_stride + row_offset(v_base, p.v_st, p.v_unit, tile_key0 + r);
-              *reinterpret_cast<uint4*>(fv + r * p.fv_stride + 16 * u) =
-                  v_natural8<VT>(row, 8 * u, tlut_v);
-            }
-          }
-        }
-        __syncthreads();
-      }
-    }
-
     if (active) {
       for (int s = kg; s < steps; s += p.n_kgroups) {
         const int64_t j0 = tile_key0 + 16 * s;
@@ -319,9 +269,8 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
         const uint8_t* krow[2];
 #pragma unroll
         for (int n = 0; n < 2; ++n)
-          krow[n] = kQuantK && p.stage_k ? fk + (16 * s + 8 * n + g) * p.fk_stride
-                                         : ks + (16 * s + 8 * n + g) * p.sk_stride +
-                                               row_offset(k_base, p.k_st, p.k_unit, j0 + 8 * n + g);
+          krow[n] = ks + (16 * s + 8 * n + g) * p.sk_stride +
+                    row_offset(k_base, p.k_st, p.k_unit, j0 + 8 * n + g);
         const uint4* qf = q_frag + (mt * (p.dkc / 16)) * 32 + lane;
         for (int b = 0; b < p.dkc / 32; ++b) {
           const uint4 a0 = qf[(2 * b) * 32], a1 = qf[(2 * b + 1) * 32];  // shared by both n-tiles
@@ -333,13 +282,11 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
               mma16816<kBfK>(sc[n], a0, w.x, w.y);
               mma16816<kBfK>(sc[n], a1, w.z, w.w);
             } else if constexpr (KT == KvType::q8_0 || KT == KvType::q4_0) {
-              const uint4 w = p.stage_k ? *reinterpret_cast<const uint4*>(krow[n] + 64 * b + 16 * t)
-                                        : k_frag_quant<KT>(krow[n], b, t);
+              const uint4 w = k_frag_quant<KT>(krow[n], b, t);
               mma16816<kBfK>(sc[n], a0, w.x, w.y);
               mma16816<kBfK>(sc[n], a1, w.z, w.w);
             } else if constexpr (is_rotated(KT)) {
-              const uint4 w = p.stage_k ? *reinterpret_cast<const uint4*>(krow[n] + 64 * b + 16 * t)
-                                        : k_frag_turbo<KT>(krow[n], b, t, tlut_k);
+              const uint4 w = k_frag_turbo<KT>(krow[n], b, t, tlut_k);
               mma16816<kBfK>(sc[n], a0, w.x, w.y);
               mma16816<kBfK>(sc[n], a1, w.z, w.w);
             } else {
@@ -420,44 +367,31 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
           vrow[kk] =
               vs + (16 * s + key) * p.sv_stride + row_offset(v_base, p.v_st, p.v_unit, j0 + key);
         }
-        // 16 contiguous 16-bit values per key: two 16-byte loads per key, then pairs of keys
-        // interleaved with byte permutes (no conversion: the MMA takes these bits).
-        auto pv_16bit_rows = [&](const uint8_t* const(&rows)[4]) {
-          uint32_t w[4][8];
-#pragma unroll
-          for (int kk = 0; kk < 4; ++kk) {
-            const uint4 lo = *reinterpret_cast<const uint4*>(rows[kk] + 2 * dv0);
-            const uint4 hi = *reinterpret_cast<const uint4*>(rows[kk] + 2 * dv0 + 16);
-            w[kk][0] = lo.x, w[kk][1] = lo.y, w[kk][2] = lo.z, w[kk][3] = lo.w;
-            w[kk][4] = hi.x, w[kk][5] = hi.y, w[kk][6] = hi.z, w[kk][7] = hi.w;
-          }
-#pragma unroll
-          for (int i = 0; i < 16; ++i) {
-            const uint32_t sel = (i & 1) ? 0x7632u : 0x5410u;  // high or low halves of both
-            const uint32_t b0 = __byte_perm(w[0][i >> 1], w[1][i >> 1], sel);
-            const uint32_t b1 = __byte_perm(w[2][i >> 1], w[3][i >> 1], sel);
-            mma16816<kBfV>(o[i], pa, b0, b1);
-          }
-        };
         bool done = false;
         if constexpr (VT == KvType::f16 || VT == KvType::bf16) {
           if (nt == 16) {
-            pv_16bit_rows(vrow);
-            done = true;
-          }
-        }
-        if constexpr (kQuantV) {
-          if (p.stage_v) {  // the layout stages V only where nt == 16
-            const uint8_t* frow[4];
+            // 16 contiguous 16-bit values per key: two 16-byte loads per key, then pairs of keys
+            // interleaved with byte permutes (no conversion: the MMA takes these bits).
+            uint32_t w[4][8];
 #pragma unroll
-            for (int kk = 0; kk < 4; ++kk)
-              frow[kk] = fv + (16 * s + 2 * t + (kk & 1) + 8 * (kk >> 1)) * p.fv_stride;
-            pv_16bit_rows(frow);
+            for (int kk = 0; kk < 4; ++kk) {
+              const uint4 lo = *reinterpret_cast<const uint4*>(vrow[kk] + 2 * dv0);
+              const uint4 hi = *reinterpret_cast<const uint4*>(vrow[kk] + 2 * dv0 + 16);
+              w[kk][0] = lo.x, w[kk][1] = lo.y, w[kk][2] = lo.z, w[kk][3] = lo.w;
+              w[kk][4] = hi.x, w[kk][5] = hi.y, w[kk][6] = hi.z, w[kk][7] = hi.w;
+            }
+#pragma unroll
+            for (int i = 0; i < 16; ++i) {
+              const uint32_t sel = (i & 1) ? 0x7632u : 0x5410u;  // high or low halves of both
+              const uint32_t b0 = __byte_perm(w[0][i >> 1], w[1][i >> 1], sel);
+              const uint32_t b1 = __byte_perm(w[2][i >> 1], w[3][i >> 1], sel);
+              mma16816<kBfV>(o[i], pa, b0, b1);
+            }
             done = true;
           }
         }
         if constexpr (VT == KvType::q8_0 || VT == KvType::q4_0) {
-          if (nt == 16 && !done) {
+          if (nt == 16) {
             v_frags_quant16<VT>(vrow, dv0, [&](int i, uint32_t b0, uint32_t b1) {
               mma16816<false>(o[i], pa, b0, b1);
             });
@@ -465,7 +399,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
           }
         }
         if constexpr (is_rotated(VT)) {
-          if (nt == 16 && !done) {
+          if (nt == 16) {
             v_frags_turbo16<VT>(vrow, dv0, tlut_v, [&](int i, uint32_t b0, uint32_t b1) {
               mma16816<false>(o[i], pa, b0, b1);
             });

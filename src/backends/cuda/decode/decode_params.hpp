@@ -45,11 +45,8 @@ struct DecodeParams {
   int32_t smem_kv_bytes;                   // one stage of K and V tiles
   int32_t n_stages;                        // 3, or 2 where three do not fit
   uint8_t causal, has_mask, has_sinks, has_alibi;
-  uint8_t q_vec4;            // q and its rows are 16-byte aligned: 16-byte loads in the prologue
-  uint8_t zero_stages;       // K rows are read past their stored bytes (zero padding dims)
-  uint8_t stage_k, stage_v;  // quantized K / V decoded once per tile into f16 tiles
-  int32_t fk_stride, fv_stride;  // their row strides in bytes
-  int32_t smem_f16_off;          // byte offset of the f16 tiles (K, then V) in shared memory
+  uint8_t q_vec4;       // q and its rows are 16-byte aligned: 16-byte loads in the prologue
+  uint8_t zero_stages;  // K rows are read past their stored bytes (zero padding dims)
 };
 
 }  // namespace kvflash::cuda::decode

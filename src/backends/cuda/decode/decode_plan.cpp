@@ -1,8 +1,6 @@
 #include "backends/cuda/decode/decode_plan.hpp"
 
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #include "backends/cuda/decode/decode_formats.hpp"
 #include "backends/cuda/decode/decode_params.hpp"
@@ -14,19 +12,7 @@ int32_t round_up(int64_t x, int64_t m) {
 }
 }  // namespace
 
-DecodeStage decode_stage_from_environment() {
-  static const DecodeStage stage = [] {
-    const char* e = std::getenv("KVFLASH_CUDA_DECODE_STAGE");
-    const std::string v = e ? e : "";
-    if (v == "k") return DecodeStage::k;
-    if (v == "v") return DecodeStage::v;
-    if (v == "kv") return DecodeStage::kv;
-    return DecodeStage::none;
-  }();
-  return stage;
-}
-
-DecodeLayout decode_layout(const AttentionProblem& p, DecodeStage stage) {
+DecodeLayout decode_layout(const AttentionProblem& p) {
   DecodeLayout l;
   l.dkc = computed_dim_k(p.k_type, p.head_dim.k);
   l.dvc = computed_dim_v(p.v_type, p.head_dim.v);
@@ -55,25 +41,10 @@ DecodeLayout decode_layout(const AttentionProblem& p, DecodeStage stage) {
   l.sv_stride = round_up(l.v_row_bytes + 4, 16);
   if (l.sv_stride % 128 == 0) l.sv_stride += 16;
 
-  // Staged decode: quantized K (q8_0, q4_0, turbo) into f16 in the fragment order the f16 rows
-  // have; quantized V likewise in natural order, where one warp covers 128 V dims.
-  const auto quantized = [](KvType t) { return traits(t).block_values > 1; };
-  l.stage_k = (static_cast<int>(stage) & 1) && quantized(p.k_type);
-  l.stage_v = (static_cast<int>(stage) & 2) && quantized(p.v_type) && l.slice_w == 128;
-  const auto f16_stride = [](int32_t dims) {
-    int32_t s = round_up(2 * dims + 4, 16);  // as an f16 row's slot: same bank spread
-    return s % 128 == 0 ? s + 16 : s;
-  };
-  l.fk_stride = l.stage_k ? f16_stride(l.dkc) : 0;
-  l.fv_stride = l.stage_v ? f16_stride(l.dvc) : 0;
-
   const int32_t per_key = l.k_row_bytes + l.v_row_bytes;
   const int32_t quantum = 16 * l.n_kgroups;
-  // With f16 tiles the stage holds fewer keys: raw stages plus f16 tiles within the target.
-  const int32_t per_key_all = per_key + (l.stage_k || l.stage_v ? (l.fk_stride + l.fv_stride) : 0);
-  int32_t bk = kStageTargetBytes / per_key_all / quantum * quantum;
+  int32_t bk = kStageTargetBytes / per_key / quantum * quantum;
   l.bk = std::clamp(bk, quantum, std::max(quantum, kMaxTileKeys));
-  l.smem_f16_bytes = l.bk * (l.fk_stride + l.fv_stride);
 
   l.smem_q_bytes = l.n_mtiles * (l.dkc / 16) * 32 * 16;
   const int64_t tiles = int64_t{l.bk} * (l.sk_stride + l.sv_stride);
@@ -91,8 +62,7 @@ DecodeLayout decode_layout(const AttentionProblem& p, DecodeStage stage) {
   for (l.n_stages = kMaxStages; l.n_stages >= 2; --l.n_stages) {
     l.smem_kv_bytes =
         round_up(std::max({tiles, q_stage, (reduce + l.n_stages - 1) / l.n_stages}), 16);
-    l.smem_total = static_cast<size_t>(l.smem_q_bytes) + size_t(l.n_stages) * l.smem_kv_bytes +
-                   static_cast<size_t>(l.smem_f16_bytes);
+    l.smem_total = static_cast<size_t>(l.smem_q_bytes) + size_t(l.n_stages) * l.smem_kv_bytes;
     if (l.n_stages == 2 || 3 * (l.smem_total + 1024) <= kSmemPerSm) break;
   }
   return l;
