@@ -50,10 +50,53 @@ fi
 
 cmake -S . -B build/gpu -DCMAKE_BUILD_TYPE=Release -DKVFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
   "${prefix_args[@]}" > "$out/build.txt" 2>&1 &&
-  cmake --build build/gpu -j "$jobs" ${KVFLASH_GPU_QUICK:+--target kvflash-bench} >> "$out/build.txt" 2>&1
+  cmake --build build/gpu -j "$jobs" ${KVFLASH_GPU_QUICK:+--target kvflash-bench} \
+    ${KVFLASH_GPU_VARIANTS:+--target kvflash-bench kvflash-parity test_gpu_attention} \
+    >> "$out/build.txt" 2>&1
 build_rc=$?
 if [ $build_rc -ne 0 ]; then
   echo "build failed ($build_rc)"; tail -n 40 "$out/build.txt"; exit $build_rc
+fi
+
+# Optional tuning mode: KVFLASH_GPU_VARIANTS="a b c" with KVFLASH_GPU_VARIANT_ENV="NAME1 NAME2"
+# runs the GPU tests and CUDA parity once, then one bench matrix per variant, variant "x,y" setting
+# NAME1=x NAME2=y for the bench (variants.csv with the variant first as "x+y", variants.md). The
+# environment names must be read by the code under test (add the knob for the experiment).
+if [ -n "${KVFLASH_GPU_VARIANTS:-}" ]; then
+  bench=build/gpu/tools/bench/kvflash-bench
+  {
+    build/gpu/tests/test_gpu_attention 2>&1 | tail -n 3; echo "tests rc=${PIPESTATUS[0]}"
+    build/gpu/tools/parity/kvflash-parity --backend cuda 2>&1 | tail -n 2
+    echo "parity rc=${PIPESTATUS[0]}"
+  } > "$out/variants_check.txt" 2>&1
+  read -r -a names <<< "${KVFLASH_GPU_VARIANT_ENV:-}"
+  for v in $KVFLASH_GPU_VARIANTS; do
+    IFS=, read -r -a vals <<< "$v"
+    envs=()
+    for i in "${!names[@]}"; do envs+=("${names[$i]}=${vals[$i]:-}"); done
+    for args in "-ctk f16,q8_0,q4_0,turbo3,turbo4 -d 4096,32768,131072,1048576" \
+                "-ctk f16,q8_0,q4_0,turbo3 -n 8 -d 32768,131072" "-ctk q8_0 -ctv turbo4 -d 131072"; do
+      # shellcheck disable=SC2086
+      env "${envs[@]}" $bench --backend cuda -r 30 --warmup 5 --no-progress -o csv $args \
+        2>>"$out/variants.err" | tail -n +2 | sed "s|^|${v//,/+},|" >> "$out/variants.csv"
+    done
+  done
+  cat "$out/variants_check.txt"
+  python3 - "$out/variants.csv" <<'PY' | tee "$out/variants.md"
+import csv, sys, collections
+t = collections.defaultdict(dict)
+variants = []
+for r in csv.reader(open(sys.argv[1])):
+    v = r[0]
+    if v not in variants: variants.append(v)
+    t[(r[4], r[5], r[12], int(r[11]))][v] = (float(r[17]), float(r[25]) if r[25] else 0.0)
+print("| K | V | n | depth | " + " | ".join(f"{v}: us (%BW)" for v in variants) + " |")
+print("|---|---|---:|---:|" + "---:|" * len(variants))
+for key in sorted(t, key=lambda k: (k[2], k[0], k[1], k[3])):
+    cells = [f"{t[key][v][0]:.1f} ({t[key][v][1]:.0f}%)" if v in t[key] else "-" for v in variants]
+    print(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | " + " | ".join(cells) + " |")
+PY
+  exit 0
 fi
 
 if [ -n "${KVFLASH_GPU_QUICK:-}" ]; then

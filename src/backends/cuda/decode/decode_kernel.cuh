@@ -26,7 +26,7 @@ namespace kvflash::cuda::decode {
 // The kernel
 
 template <KvType KT, KvType VT>
-__global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) {
+__global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const DecodeParams p) {
   constexpr bool kBfK = KT == KvType::bf16;  // Q.K^T in bf16 only for bf16 K, else f16
   constexpr bool kBfV = VT == KvType::bf16;
 

@@ -9,6 +9,9 @@ namespace kvflash::cuda::decode {
 inline constexpr int kThreads = 128;  // 4 warps per CTA
 inline constexpr int kWarps = kThreads / 32;
 inline constexpr int kMaxStages = 3;  // shared-memory stages of raw K/V tiles (2 in flight)
+// CTAs per SM the decode kernel is built for (__launch_bounds__: at most 128 registers) and its
+// shared-memory stages are sized for.
+inline constexpr int kCtasPerSm = 4;
 
 struct DecodeParams {
   const float* q;

@@ -55,15 +55,17 @@ DecodeLayout decode_layout(const AttentionProblem& p) {
                           int64_t{l.n_kgroups} * l.row_block * 3 + int64_t{l.row_block} * 2) *
                          4;
   // Q is staged in stage 1 while tile 0 arrives in stage 0; the key groups merge across all
-  // stages. Three stages where three CTAs of them still fit an SM (the register limit is three
-  // CTAs, and fewer resident warps cost more than the deeper pipeline gains: measured on the
-  // H200, f16 at 1M tokens fell from 78% to 52% of the read bandwidth at two CTAs per SM), else
-  // two.
+  // stages. Three stages where kCtasPerSm CTAs of them still fit an SM, else two: resident warps
+  // matter more than pipeline depth (the kernel waits on latency at 12-16 warps per SM). Measured
+  // on the H200: f16 at 1M tokens fell from 78% to 52% of the read bandwidth at two CTAs per SM;
+  // with 24 KB stages and 4 CTAs (128 registers) instead of 32 KB and 3, q8_0 / q4_0 / turbo3 at
+  // 1M took 13% / 7% / 7% less time and 8 f16 query tokens 13% less
+  // (bench/results/2026-11-30-h200-occupancy.md).
   for (l.n_stages = kMaxStages; l.n_stages >= 2; --l.n_stages) {
     l.smem_kv_bytes =
         round_up(std::max({tiles, q_stage, (reduce + l.n_stages - 1) / l.n_stages}), 16);
     l.smem_total = static_cast<size_t>(l.smem_q_bytes) + size_t(l.n_stages) * l.smem_kv_bytes;
-    if (l.n_stages == 2 || 3 * (l.smem_total + 1024) <= kSmemPerSm) break;
+    if (l.n_stages == 2 || kCtasPerSm * (l.smem_total + 1024) <= kSmemPerSm) break;
   }
   return l;
 }

@@ -10,7 +10,7 @@
 namespace kvflash::cuda::decode {
 
 inline constexpr int32_t kMaxDecodeQTokens = 8;
-inline constexpr int32_t kStageTargetBytes = 32 * 1024;  // raw K+V bytes per pipeline stage
+inline constexpr int32_t kStageTargetBytes = 24 * 1024;  // raw K+V bytes per pipeline stage
 inline constexpr int32_t kMaxTileKeys = 256;
 inline constexpr int64_t kMinKeysPerSplit = 64;
 inline constexpr size_t kSmemPerSm = 228 * 1024;  // H100/H200 shared memory per SM
