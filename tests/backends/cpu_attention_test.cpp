@@ -152,6 +152,26 @@ TEST(CpuAttention, DecodeEveryRowCountAndHeadDimShape) {
         }
 }
 
+// Rows of the fused path can be several query tokens (2 tokens x GQA 2, 4 tokens x MHA): each
+// row sees its own causal range, with windows, masks and ALiBi, over a partial last chunk.
+TEST(CpuAttention, FusedDecodeWithSeveralQueryTokens) {
+  for (const std::string& k : cpu_kernels(true))
+    for (auto [tokens, hq, hkv] : {std::tuple{2, 4, 2}, {4, 2, 2}, {2, 2, 2}})
+      for (KvType kt : {KvType::f16, KvType::q4_0, KvType::turbo3, KvType::turbo4}) {
+        AttentionProblem p;
+        p.n_q_tokens = tokens;
+        p.n_q_heads = hq;
+        p.n_kv_heads = hkv;
+        p.kv_capacity = 77;
+        p.k_type = kt;
+        p.v_type = kt == KvType::q4_0 ? KvType::turbo2 : kt;
+        p.has_mask = p.has_alibi = p.has_sinks = true;
+        p.window = 40;
+        Inputs in = make_inputs(p, 29);
+        expect_matches_reference(in, k, 1);
+      }
+}
+
 TEST(CpuAttention, PrefillCausalWithEveryFeature) {
   for (const std::string& k : cpu_kernels(false)) {
     AttentionProblem p;
