@@ -74,8 +74,10 @@ if [ -n "${KVFLASH_GPU_VARIANTS:-}" ]; then
     IFS=, read -r -a vals <<< "$v"
     envs=()
     for i in "${!names[@]}"; do envs+=("${names[$i]}=${vals[$i]:-}"); done
-    for args in "-ctk f16,q8_0,q4_0,turbo3,turbo4 -d 4096,32768,131072,1048576" \
-                "-ctk f16,q8_0,q4_0,turbo3 -n 8 -d 32768,131072" "-ctk q8_0 -ctv turbo4 -d 131072"; do
+    bench_args=("-ctk f16,q8_0,q4_0,turbo3,turbo4 -d 4096,32768,131072,1048576"
+                "-ctk f16,q8_0,q4_0,turbo3 -n 8 -d 32768,131072" "-ctk q8_0 -ctv turbo4 -d 131072")
+    [ -n "${KVFLASH_GPU_VARIANT_BENCH:-}" ] && bench_args=("$KVFLASH_GPU_VARIANT_BENCH")
+    for args in "${bench_args[@]}"; do
       # shellcheck disable=SC2086
       env "${envs[@]}" $bench --backend cuda -r 30 --warmup 5 --no-progress -o csv $args \
         2>>"$out/variants.err" | tail -n +2 | sed "s|^|${v//,/+},|" >> "$out/variants.csv"
