@@ -177,7 +177,7 @@ TEST(GpuGraphRunner, ColdStartCapturesReplaysAsLengthsGrowAndResetsOnANewShape) 
   KVFLASH_REQUIRE_GPU();
   using enum KvType;
   const AttentionProblem pa = decode_problem({128, 128}, q8_0, q8_0, 4096);
-  const AttentionProblem pb = decode_problem({64, 64}, q4_0, turbo4, 2048);
+  const AttentionProblem pb = decode_problem({64, 64}, q4_0, q4_0, 2048);
   const Expected<Plan> plan_a = plan_cuda(pa);
   if (!plan_a && plan_a.error().code == ErrorCode::unsupported)
     GTEST_SKIP() << "no CUDA candidate accepts " << describe(pa);
@@ -197,14 +197,15 @@ TEST(GpuGraphRunner, ColdStartCapturesReplaysAsLengthsGrowAndResetsOnANewShape) 
 
   // A fresh runner: its very first decode steps go eager, eager, capture, then replays while the
   // lengths grow token by token.
-  decode_through_runner(runner, pool, *plan_a, 4000,
-                        {eager, eager, capture, replay, replay, replay}, stream);
+  const std::vector<StepKind> cold_start = {eager, eager, capture, replay, replay, replay};
+  ASSERT_NO_FATAL_FAILURE(decode_through_runner(runner, pool, *plan_a, 4000, cold_start, stream));
   EXPECT_EQ(runner.counters(), (GraphCounters{2, 1, 3, 0, 0}));
   EXPECT_TRUE(runner.has_graph());
   EXPECT_GT(runner.kernel_nodes(), 0u);
 
   // Mid-decode, another head dim, types and capacity: reset, then the same cold start.
-  decode_through_runner(runner, pool, plan_b, 1500, {eager, eager, capture, replay}, stream);
+  const std::vector<StepKind> after_reset = {eager, eager, capture, replay};
+  ASSERT_NO_FATAL_FAILURE(decode_through_runner(runner, pool, plan_b, 1500, after_reset, stream));
   EXPECT_EQ(runner.counters(), (GraphCounters{4, 2, 4, 1, 0}));
   EXPECT_EQ(pool.high_water(), std::max(plan_a->workspace_bytes, plan_b.workspace_bytes));
 }
