@@ -29,13 +29,13 @@ struct MemoryReport {
   void add_pool(std::string name, const StackArena& arena, std::string note = {});
 
   size_t total_bytes() const;
-  // One row per entry and a total, e.g.
+  // One row per entry and a total, e.g. (tests/core/memory_report_test.cpp)
   //   memory on device 0
-  //   | what       |         bytes |      size | high water | note     |
-  //   |------------|--------------:|----------:|-----------:|----------|
-  //   | KV storage | 1,073,741,824 |  1.00 GiB |            | 32 layers |
-  //   | pool       |    16,777,216 | 16.00 MiB | 4.00 MiB (25%) |      |
-  //   | total      | 1,090,519,040 |  1.02 GiB |            |          |
+  //   | what       |         bytes |       size |     high water | note      |
+  //   |------------|--------------:|-----------:|---------------:|-----------|
+  //   | KV storage | 1,073,741,824 |   1.00 GiB |                | 32 layers |
+  //   | pool       |    16,777,216 |  16.00 MiB | 4.00 MiB (25%) |           |
+  //   | total      | 1,090,519,040 |   1.02 GiB |                |           |
   std::string table() const;
 };
 
