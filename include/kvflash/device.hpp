@@ -8,6 +8,7 @@
 #include <functional>
 #include <optional>
 
+#include "kvflash/stack_arena.hpp"
 #include "kvflash/status.hpp"
 
 namespace kvflash {
@@ -89,6 +90,58 @@ class Graph {
   void* graph_ = nullptr;  // cudaGraph_t
   void* exec_ = nullptr;   // cudaGraphExec_t
   size_t kernel_nodes_ = 0;
+};
+
+// Device memory with a stack discipline, for transient buffers (workspaces, scratch) that must
+// be taken and given back inside a step, graph capture included: the whole capacity is taken
+// with one cudaMalloc at create() (size it from what it will serve, e.g. the largest
+// Plan::workspace_bytes), and allocate/release/rewind are host bookkeeping only (StackArena:
+// no CUDA call, no host allocation, nothing that synchronizes), so they are legal at any time.
+//
+// A pool belongs to one device (the current one at create()) and one stream. Its blocks must be
+// used only by work on that stream: a block released on the host is handed out again at once,
+// and only stream order guarantees that the work still reading it finishes before the next
+// user's work starts. Work on another stream needs the caller's own event ordering, and the
+// pool cannot check it. Move-only; the memory is freed by the destructor.
+class DevicePool {
+ public:
+  static constexpr size_t kDefaultAlignment = StackArena::kDefaultAlignment;
+
+  DevicePool() = default;
+  DevicePool(DevicePool&& o) noexcept;
+  DevicePool& operator=(DevicePool&& o) noexcept;
+  DevicePool(const DevicePool&) = delete;
+  DevicePool& operator=(const DevicePool&) = delete;
+  // One cudaMalloc of `capacity` bytes on the current device (out_of_memory when it fails);
+  // `stream` is recorded, not owned (nullptr: the legacy default stream). With capacity 0 only
+  // zero-byte requests fit. `max_blocks` bounds the blocks live at one time (their table is
+  // allocated here, once).
+  static Expected<DevicePool> create(size_t capacity, void* stream,
+                                     size_t max_blocks = StackArena::kDefaultMaxBlocks);
+
+  // See StackArena: an aligned block off the top, or out_of_memory naming the request, the free
+  // bytes and the capacity; release() only the most recent block; rewind() to a mark.
+  Expected<void*> allocate(size_t bytes, size_t alignment = kDefaultAlignment) {
+    return arena_.allocate(bytes, alignment);
+  }
+  Status release(void* block) { return arena_.release(block); }
+  ArenaMark mark() const { return arena_.mark(); }
+  Status rewind(ArenaMark m) { return arena_.rewind(m); }
+  // For ArenaScope and the memory report.
+  StackArena& arena() { return arena_; }
+  const StackArena& arena() const { return arena_; }
+
+  size_t capacity() const { return arena_.capacity(); }
+  size_t used() const { return arena_.used(); }
+  size_t high_water() const { return arena_.high_water(); }
+  int device() const { return device_; }  // -1 for a default-constructed or moved-from pool
+  void* stream() const { return stream_; }
+
+ private:
+  DeviceBuffer memory_;
+  StackArena arena_;
+  int device_ = -1;
+  void* stream_ = nullptr;
 };
 
 // The last asynchronous error of the current device (cudaGetLastError), as a Status.

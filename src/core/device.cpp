@@ -69,6 +69,40 @@ DeviceBuffer::~DeviceBuffer() {
 #endif
 }
 
+// DevicePool
+
+Expected<DevicePool> DevicePool::create(size_t capacity, void* stream, size_t max_blocks) {
+#if defined(KVFLASH_HAS_CUDA)
+  DevicePool pool;
+  if (Status s = cuda::current_device(&pool.device_); !s) return s.error();
+  Expected<DeviceBuffer> memory = DeviceBuffer::allocate(capacity);
+  if (!memory) return memory.error();
+  pool.memory_ = std::move(*memory);
+  pool.arena_ = StackArena(pool.memory_.data(), capacity, max_blocks, "gpu::DevicePool");
+  pool.stream_ = stream;
+  return pool;
+#else
+  (void)capacity, (void)stream, (void)max_blocks;
+  return no_cuda("gpu::DevicePool::create");
+#endif
+}
+
+DevicePool::DevicePool(DevicePool&& o) noexcept
+    : memory_(std::move(o.memory_)),
+      arena_(std::move(o.arena_)),
+      device_(std::exchange(o.device_, -1)),
+      stream_(std::exchange(o.stream_, nullptr)) {}
+
+DevicePool& DevicePool::operator=(DevicePool&& o) noexcept {
+  if (this != &o) {
+    arena_ = std::move(o.arena_);
+    memory_ = std::move(o.memory_);
+    device_ = std::exchange(o.device_, -1);
+    stream_ = std::exchange(o.stream_, nullptr);
+  }
+  return *this;
+}
+
 // Stream
 
 Expected<Stream> Stream::create() {

@@ -49,6 +49,10 @@ TEST(DeviceServices, WithoutADeviceEveryServiceIsAnError) {
   ASSERT_FALSE(stream.ok());
   expect_no_device_error(stream.error());
 
+  const auto pool = gpu::DevicePool::create(1 << 20, nullptr);
+  ASSERT_FALSE(pool.ok());
+  expect_no_device_error(pool.error());
+
   std::vector<uint8_t> a(64, 1), b(64, 2);
   const Status c = gpu::copy(b.data(), a.data(), a.size());
   ASSERT_FALSE(c.ok());
@@ -78,6 +82,15 @@ TEST(DeviceServices, WithoutADeviceEveryServiceIsAnError) {
   EXPECT_EQ(moved_buf.data(), nullptr);
   gpu::Stream empty_stream;
   EXPECT_EQ(empty_stream.handle(), nullptr);
+  gpu::DevicePool empty_pool;  // no memory: every request is out of memory, naming capacity 0
+  EXPECT_EQ(empty_pool.device(), -1);
+  EXPECT_EQ(empty_pool.capacity(), 0u);
+  const auto block = empty_pool.allocate(16);
+  ASSERT_FALSE(block.ok());
+  EXPECT_EQ(block.error().code, ErrorCode::out_of_memory);
+  EXPECT_THAT(block.error().message, HasSubstr("0 of 0 bytes free"));
+  gpu::DevicePool moved_pool = std::move(empty_pool);
+  EXPECT_EQ(moved_pool.device(), -1);
   gpu::Graph empty_graph;
   EXPECT_EQ(empty_graph.kernel_nodes(), 0u);
   EXPECT_FALSE(empty_graph.launch(nullptr).ok());

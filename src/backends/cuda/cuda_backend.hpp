@@ -30,6 +30,7 @@ std::optional<double> read_bandwidth_gbps();
 // as a Status naming the call and the CUDA error (out_of_memory for cudaErrorMemoryAllocation,
 // backend_error otherwise), and the runtime's last-error slot is cleared so that the same failure
 // is not reported a second time by last_error().
+Status current_device(int* device);  // cudaGetDevice
 Status malloc_device(void** ptr, size_t bytes);
 void free_device(void* ptr);              // nullptr: nothing
 Status create_stream(void** stream);      // cudaStreamNonBlocking

@@ -56,6 +56,11 @@ struct EventPair {
 
 }  // namespace
 
+Status current_device(int* device) {
+  *device = -1;
+  return check(cudaGetDevice(device), "cudaGetDevice");
+}
+
 Status malloc_device(void** ptr, size_t bytes) {
   *ptr = nullptr;
   if (bytes == 0) return {};
