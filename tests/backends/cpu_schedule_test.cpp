@@ -19,13 +19,13 @@ TEST(CpuSchedule, WorkedExampleFromTheHeader) {
   CpuSchedule s = cpu_schedule(decode(8, 131072), 2);
   EXPECT_EQ(s.tile_tokens, 1);
   EXPECT_EQ(s.n_tiles, 1);
-  EXPECT_EQ(s.n_splits, 8);
-  EXPECT_EQ(s.n_tasks, 8);
+  EXPECT_EQ(s.n_splits, 32);
+  EXPECT_EQ(s.n_tasks, 32);
   EXPECT_EQ(s.tile_rows(), 4);
   EXPECT_EQ(s.task_rows(), 32);
 
   CpuSchedule one = cpu_schedule(decode(1, 131072), 2);
-  EXPECT_EQ(one.n_splits, 8);
+  EXPECT_EQ(one.n_splits, 32);
   EXPECT_EQ(one.tile_rows(), 32);
   EXPECT_EQ(one.task_rows(), 32);
 }

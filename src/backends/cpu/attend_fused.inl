@@ -29,11 +29,10 @@ template <KvType T>
     b = __builtin_convertvector(widen_s8(blk + 2 + kLanes), v16) * d;
   } else if constexpr (T == KvType::q4_0) {
     const uint8_t* blk = row + u * sizeof(BlockQ4_0);
-    const float d = half_to_float1(read_u16(blk));
-    const v16 dv = splat(d), bias = splat(-8.0f * d);
+    const v16 lut = q4_0_table(blk);
     const v16i q = widen_u8(blk + 2);
-    a = __builtin_convertvector(q & 15, v16) * dv + bias;
-    b = __builtin_convertvector(q >> 4, v16) * dv + bias;
+    a = lookup(q, lut);
+    b = lookup(q >> 4, lut);
   } else {
     constexpr int Bits = T == KvType::turbo2 ? 2 : T == KvType::turbo3 ? 3 : 4;
     using Block = std::conditional_t<Bits == 2, BlockTurbo2,
@@ -71,16 +70,18 @@ template <KvType T, int R>
 void score_fused(const float* q, int32_t dk, const uint8_t* k, int64_t stride, int32_t n,
                  const float* table, float* out, const Prefetch& pf) {
   constexpr int J = kLanes / R;
+  const int32_t n_units = dk / 32;
   for (int32_t k0 = 0; k0 < kKeyChunk; k0 += J) {
-    for (int32_t j = k0; j < std::min(k0 + J, pf.n); ++j) {
-      prefetch_lines(pf.k + j * pf.k_stride, pf.k_bytes);
-      prefetch_lines(pf.v + j * pf.v_stride, pf.v_bytes);
-    }
     const uint8_t* rows[J];
 #pragma GCC unroll 16
     for (int j = 0; j < J; ++j) rows[j] = k + std::min(k0 + j, n - 1) * stride;
     v16 acc[kLanes] = {};
-    for (int32_t u = 0; u < dk / 32; ++u) {
+    for (int32_t u = 0; u < n_units; ++u) {
+      // This step's J prefetches spread over its units, a burst fills the miss queue.
+      for (int32_t j = k0 + u; j < std::min(k0 + J, pf.n); j += n_units) {
+        prefetch_lines(pf.k + j * pf.k_stride, pf.k_bytes);
+        prefetch_lines(pf.v + j * pf.v_stride, pf.v_bytes);
+      }
       v16 qa[R], qb[R];
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {

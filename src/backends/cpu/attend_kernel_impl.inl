@@ -213,19 +213,6 @@ inline v16i widen_s8(const uint8_t* p) {
           __builtin_convertvector(widen_s8(qs + kLanes), v16) * d);
   }
 }
-[[gnu::always_inline]] inline void deq_q4_0(const uint8_t* src, int32_t n, float* dst, int32_t vs,
-                                            const float*) {
-  for (int32_t b = 0; b < n / kQ4_0Values; ++b) {
-    const uint8_t* blk = src + b * sizeof(BlockQ4_0);
-    const float d = half_to_float1(read_u16(blk));
-    const v16 dv = splat(d), bias = splat(-8.0f * d);  // d * (q - 8) = q * d - 8d: one FMA
-    const v16i q = widen_u8(blk + offsetof(BlockQ4_0, qs));
-    store(dst + (b * kQ4_0Values) / kLanes * vs, __builtin_convertvector(q & 15, v16) * dv + bias);
-    store(dst + (b * kQ4_0Values + kLanes) / kLanes * vs,
-          __builtin_convertvector(q >> 4, v16) * dv + bias);
-  }
-}
-
 // Centroid lookup: table holds the 2^bits scaled centroids (turbo.hpp).
 inline v16 lookup(const v16i& code, const v16& table) {
 #if defined(__AVX512F__)
@@ -235,6 +222,25 @@ inline v16 lookup(const v16i& code, const v16& table) {
   for (int i = 0; i < kLanes; ++i) r[i] = table[code[i] & (kLanes - 1)];  // bits 0..3, as vpermps
   return r;
 #endif
+}
+
+// q4_0 through the same 16-entry lookup: the block's values d * (q - 8) for q = 0..15 as one
+// table (one multiply per block), then one vpermps per 16 values, which reads only the low 4
+// bits of each lane, so the low nibbles need no mask. 5 instructions per 32 values where
+// convert + FMA took 8; exact (d has 11 significant bits, q - 8 four).
+inline v16 q4_0_table(const uint8_t* blk) {
+  constexpr v16 kCodes = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+  return kCodes * half_to_float1(read_u16(blk));
+}
+[[gnu::always_inline]] inline void deq_q4_0(const uint8_t* src, int32_t n, float* dst, int32_t vs,
+                                            const float*) {
+  for (int32_t b = 0; b < n / kQ4_0Values; ++b) {
+    const uint8_t* blk = src + b * sizeof(BlockQ4_0);
+    const v16 table = q4_0_table(blk);
+    const v16i q = widen_u8(blk + offsetof(BlockQ4_0, qs));
+    store(dst + (b * kQ4_0Values) / kLanes * vs, lookup(q, table));
+    store(dst + (b * kQ4_0Values + kLanes) / kLanes * vs, lookup(q >> 4, table));
+  }
 }
 
 // Codes of 16 consecutive values c*16 .. c*16+15 of a turbo block, from the bit planes of

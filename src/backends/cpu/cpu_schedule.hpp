@@ -12,8 +12,10 @@
 // kMinSplitKeys keys per split.
 //
 // Worked example: decode, 1 sequence, 32/8 heads, 1 token, 131072 keys, 2 threads:
-//   tiles = 1, base tasks = 1, want kTasksPerThread * 2 = 8 tasks, so n_splits = 8: each task
-//   streams 16384 consecutive tokens of all 8 KV heads (4 query rows per head).
+//   tiles = 1, base tasks = 1, want kTasksPerThread * 2 = 32 tasks, so n_splits = 32: each task
+//   streams 4096 consecutive tokens of all 8 KV heads (4 query rows per head). 16 tasks per
+//   thread rather than 4: on a shared 2-core VM whose cores run at different speeds, 128K-token
+//   turbo3 decode took 7-12% less time (bench/results/2026-11-30-cpu-epyc-2core-decode-fused.md).
 // Short context: 300 keys -> max(1, 300 / 256) = 1 split.
 #pragma once
 
@@ -26,7 +28,7 @@ namespace kvflash::cpu {
 
 inline constexpr int32_t kDecodeMaxQTokens = 8;
 inline constexpr int32_t kPrefillTileRows = 64;
-inline constexpr int32_t kTasksPerThread = 4;
+inline constexpr int32_t kTasksPerThread = 16;
 inline constexpr int64_t kMinSplitKeys = 256;
 inline constexpr int64_t kHeadBlockKeys = 32;
 
