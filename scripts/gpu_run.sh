@@ -10,9 +10,12 @@
 #                GQA 8, head dim 256, 8 query tokens
 #   bench_cuda_sweep.csv (+ .err)  f16 and q4_0 over every power of two 1K..1M and close pairs
 #   profile.txt, sass.txt  with KVFLASH_GPU_PROFILE=1: Nsight Compute sections and SASS of the
-#                decode kernel (f16, q4_0, turbo3 at 1M tokens)
+#                decode kernel (f16, q4_0 at 1M tokens); q4_0_1M.ncu-rep and q4_0_1M_sass.csv:
+#                the full report and its per-SASS-instruction source page for q4_0 at 1M
 #   (KVFLASH_GPU_QUICK=1: no tests, no sanitizer, no SDPA, a small benchmark: for tuning runs)
 #   summary.md   both as tables: % of read bandwidth, straight-line fit and steps (also printed)
+#   loop.md      kvflash-loop: a 32-layer model's attention per decode step, eager and as one CUDA
+#                graph (time per token, graph overhead, memory against kvflash-plan)
 #   bench_sdpa.csv (+ .err)  the fair peer: PyTorch scaled_dot_product_attention (cuDNN and flash
 #                backends, f16/bf16) on the same GPU, 32/8 heads, D 128, depths 4K/32K/128K/1M, 1
 #                and 8 query tokens (scripts/bench_sdpa.py); needs python3 with torch, else .err
@@ -167,6 +170,17 @@ echo "cuda sweep rc=$?"
 python3 scripts/summarize_bench.py "$out/bench_cuda.csv" "$out/bench_cuda_sweep.csv" \
   > "$out/summary.md" 2>&1
 cat "$out/summary.md"
+# Issue 5's decode loop: 32 layers of 32/8 heads, D 128, up to 256K tokens, eager and graphs;
+# then mixed types per layer.
+loop=build/gpu/tools/loop/kvflash-loop
+{
+  $loop -ctk q8_0 -ctv q8_0 -d 4096,32768,131072,262144 -n 20
+  echo; $loop -ctk f16 -ctv f16 -d 4096,262144 -n 10
+  echo; $loop -ctk q4_0 -ctv q4_0 -d 4096,262144 -n 10
+  echo; $loop --layers 4 -ctk f16,q8_0,q4_0,turbo3 -ctv q8_0,q4_0,turbo4,f16 -d 4096,65536 -n 10
+} > "$out/loop.md" 2>&1
+echo "loop rc=$?"
+grep -E "^\| *[0-9]|kvflash-plan|Graph runner|fell by" "$out/loop.md"
 fi
 
 # Optional (KVFLASH_GPU_PROFILE=1): Nsight Compute on the decode kernel at 1M tokens (f16, q4_0)
@@ -182,9 +196,18 @@ if [ -n "${KVFLASH_GPU_PROFILE:-}" ]; then
       $bench --backend cuda -ctk "$t" -d "$d" -r 1 --warmup 1 --no-progress 2>&1 |
       grep -v "^kvflash\|^memory\|^inputs"
   done > "$out/profile.txt" 2>&1
+  # Per SASS instruction of the q4_0 kernel at 1M: executions, stall samples (source page, CSV).
+  ncu --clock-control none -k regex:decode_kernel -c 1 --set full --import-source yes \
+    -o "$out/q4_0_1M" -f $bench --backend cuda -ctk q4_0 -d 1048576 -r 1 --warmup 1 \
+    --no-progress > "$out/q4_0_1M.log" 2>&1 &&
+    ncu -i "$out/q4_0_1M.ncu-rep" --page source --csv --print-source sass \
+      > "$out/q4_0_1M_sass.csv" 2>> "$out/q4_0_1M.log"
+  echo "source page rc=$? ($(wc -l < "$out/q4_0_1M_sass.csv" 2>/dev/null) lines)"
   obj=build/gpu/src/backends/cuda/CMakeFiles/kvflash_cuda.dir/decode/instances
-  { cuobjdump -sass "$obj/decode_k_q4_0.cu.o" | awk '/Function : .*decode_kernelILNS_6KvTypeE4ELS3_4E/,/EXIT/'
-    cuobjdump -sass "$obj/decode_k_f16.cu.o" | awk '/Function : .*decode_kernelILNS_6KvTypeE1ELS3_1E/,/EXIT/'
+  # Each function whole: from its header to the next function's (the first EXIT is an early one).
+  fn() { awk -v f="$1" '/Function : /{p = index($0, f) > 0} p'; }
+  { cuobjdump -sass "$obj/decode_k_q4_0.cu.o" | fn decode_kernelILNS_6KvTypeE4ELS3_4E
+    cuobjdump -sass "$obj/decode_k_f16.cu.o" | fn decode_kernelILNS_6KvTypeE1ELS3_1E
   } > "$out/sass.txt" 2>&1
   echo "profile: $(grep -c . "$out/profile.txt") lines, sass: $(grep -c . "$out/sass.txt") lines"
 fi

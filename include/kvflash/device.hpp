@@ -144,6 +144,14 @@ class DevicePool {
   void* stream_ = nullptr;
 };
 
+// Free and total memory of the current device (cudaMemGetInfo), in bytes: what the driver says,
+// for checking that the memory a tool reports is what the device really gives up.
+struct MemoryInfo {
+  size_t free = 0;
+  size_t total = 0;
+};
+Expected<MemoryInfo> memory_info();
+
 // The last asynchronous error of the current device (cudaGetLastError), as a Status.
 Status last_error();
 

@@ -215,6 +215,14 @@ Status Graph::launch(void* stream) const {
 #endif
 }
 
+Expected<MemoryInfo> memory_info() {
+#if defined(KVFLASH_HAS_CUDA)
+  return cuda::memory_info();
+#else
+  return no_cuda("gpu::memory_info");
+#endif
+}
+
 Status last_error() {
 #if defined(KVFLASH_HAS_CUDA)
   return cuda::last_error();

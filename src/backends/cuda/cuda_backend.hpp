@@ -6,6 +6,7 @@
 #include <optional>
 #include <vector>
 
+#include "kvflash/device.hpp"
 #include "kvflash/registry.hpp"
 #include "kvflash/status.hpp"
 
@@ -53,5 +54,7 @@ Expected<GraphHandles> capture_graph(void* stream, const std::function<Status()>
 Status launch_graph(void* exec, void* stream);
 void destroy_graph(void* graph, void* exec);  // either may be nullptr
 Status last_error();
+// cudaMemGetInfo of the current device.
+Expected<gpu::MemoryInfo> memory_info();
 
 }  // namespace kvflash::cuda

@@ -192,6 +192,13 @@ void destroy_graph(void* graph, void* exec) {
     (void)cudaGetLastError();
 }
 
+Expected<gpu::MemoryInfo> memory_info() {
+  gpu::MemoryInfo m;
+  if (Status st = check(cudaMemGetInfo(&m.free, &m.total), "cudaMemGetInfo"); !st)
+    return st.error();
+  return m;
+}
+
 Status last_error() {
   const cudaError_t e = cudaGetLastError();
   if (e == cudaSuccess) return {};

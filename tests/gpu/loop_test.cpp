@@ -1,0 +1,49 @@
+// A small kvflash-loop run on the device: two layers of different K/V types, two depths served by
+// one graph, memory equal to kvflash-plan's number and held by the device, 0 capture failures.
+#include <gtest/gtest.h>
+
+#if defined(KVFLASH_TEST_LOOP)
+#include "gpu_test_util.hpp"
+#include "loop/loop.hpp"
+
+namespace kvflash::gputest {
+namespace {
+
+TEST(GpuLoop, OneGraphServesEveryDepthAndTheMemoryIsThePlans) {
+  KVFLASH_REQUIRE_GPU();
+  tools::loop::LoopConfig c;
+  c.model.name = "test";
+  c.model.layers = 2;
+  c.model.q_heads = 32;
+  c.model.kv_heads = 8;
+  c.model.head_dim = {128, 128};
+  c.k_types = {KvType::q8_0, KvType::f16};
+  c.v_types = {KvType::q4_0, KvType::f16};
+  c.depths = {1024, 4096};
+  c.tokens = 3;
+  c.kernel_reps = 1;
+  tools::loop::LoopReport r;
+  KVFLASH_ASSIGN_OR_FAIL(r, tools::loop::run_loop(c));
+  ASSERT_EQ(r.rows.size(), 4u);  // per depth: off, on
+  for (const tools::loop::LoopRow& row : r.rows) {
+    EXPECT_GT(row.us_per_token, 0.0);
+    EXPECT_GT(row.kernel_sum_us, 0.0);
+    if (row.graphs) {
+      EXPECT_GE(row.kernel_nodes, 2);  // at least one kernel per layer
+    }
+  }
+  EXPECT_EQ(r.kv_bytes, r.plan_bytes);
+  EXPECT_EQ(r.kv_bytes, int64_t{4096} * 8 * ((136 + 72) + (256 + 256)));
+  EXPECT_GE(r.device_taken, r.pool_capacity);
+  EXPECT_EQ(r.memory.total_bytes(), r.pool_capacity);
+  // Two eager steps, one capture, then replays for every timed step of both depths: the second
+  // depth reuses the graph (the lengths live on the device).
+  EXPECT_EQ(r.counters.captures, 1);
+  EXPECT_EQ(r.counters.capture_failures, 0);
+  EXPECT_EQ(r.counters.eager_runs, 2);
+  EXPECT_EQ(r.counters.replays, 2 * c.tokens);
+}
+
+}  // namespace
+}  // namespace kvflash::gputest
+#endif

@@ -1,0 +1,232 @@
+#include "loop/cli.hpp"
+
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <charconv>
+#include <string>
+#include <vector>
+
+#include "common/cli_parse.hpp"
+#include "common/table.hpp"
+#include "plan/model.hpp"
+
+namespace kvflash::tools::loop {
+namespace {
+
+constexpr std::string_view kCtk = "-ctk/--cache-type-k";
+constexpr std::string_view kCtv = "-ctv/--cache-type-v";
+
+Expected<int64_t> parse_one(std::string_view flag, const std::string& text, int64_t lo,
+                            int64_t hi) {
+  int64_t v = 0;
+  const char* end = text.data() + text.size();
+  auto [p, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ec != std::errc() || p != end || v < lo || v > hi)
+    return invalid_argument(fmt::format("{}: '{}' is not valid; expected one integer from {} to {}",
+                                        flag, text, lo, hi));
+  return v;
+}
+
+struct Raw {
+  std::string model, layers = "32", heads = "32/8", head_dim = "128";
+  std::string ctk = "q8_0", ctv = "q8_0";
+  std::string depths = "4096,32768,131072,262144";
+  std::string tokens = "20", kernel_reps = "5", graphs = "off,on", seed = "42", format = "md";
+  CLI::Option *o_model, *o_layers, *o_heads, *o_head_dim;
+};
+
+std::string footer() {
+  return fmt::format(
+      "Model presets (--model, case-insensitive; full-attention models only): {}.\n"
+      "K/V types: {}. -ctk/-ctv take one type (every layer) or one per layer.\n"
+      "Examples:\n"
+      "  kvflash-loop                                  32 layers, 32/8 heads, D 128, q8_0\n"
+      "  kvflash-loop --model llama-3.1-8b -ctk q8_0 -ctv q4_0 -d 262144\n"
+      "  kvflash-loop --layers 4 -ctk f16,q8_0,q4_0,turbo3 -ctv q8_0 -d 4096 -o csv\n",
+      plan::preset_names(), kv_type_names());
+}
+
+}  // namespace
+
+Expected<LoopArgs> parse_loop_args(int argc, const char* const* argv) {
+  CLI::App app{
+      "kvflash-loop: the attention of every layer of a model per decode step, run eagerly and as "
+      "one CUDA graph (time per token, graph overhead over the kernels' own time, memory held "
+      "against kvflash-plan's number)"};
+  app.footer(footer());
+  Raw r;
+  r.o_model = app.add_option("-m,--model", r.model, "model preset (instead of the shape flags)")
+                  ->type_name("NAME");
+  r.o_layers =
+      app.add_option("--layers", r.layers, "layers")->type_name("N")->capture_default_str();
+  r.o_heads = app.add_option("--heads", r.heads, "query heads/KV heads")
+                  ->type_name("Q/KV")
+                  ->capture_default_str();
+  r.o_head_dim = app.add_option("--head-dim", r.head_dim, "head dim, K/V when they differ")
+                     ->type_name("D|K/V")
+                     ->capture_default_str();
+  app.add_option("--ctk,--cache-type-k", r.ctk, "(-ctk) K type, or one per layer")
+      ->type_name("TYPES")
+      ->capture_default_str();
+  app.add_option("--ctv,--cache-type-v", r.ctv, "(-ctv) V type, or one per layer")
+      ->type_name("TYPES")
+      ->capture_default_str();
+  app.add_option("-d,--depth", r.depths,
+                 "tokens in the cache: list or range; the cache is planned for the largest")
+      ->type_name("LIST")
+      ->capture_default_str();
+  app.add_option("-n,--tokens", r.tokens, "timed decode steps per depth and mode")
+      ->type_name("N")
+      ->capture_default_str();
+  app.add_option("--kernel-reps", r.kernel_reps, "timed runs of each layer alone (median summed)")
+      ->type_name("N")
+      ->capture_default_str();
+  app.add_option("--graphs", r.graphs, "modes: off (eager launches), on (one CUDA graph per step)")
+      ->type_name("off,on")
+      ->capture_default_str();
+  app.add_option("--seed", r.seed, "random inputs")->type_name("N")->capture_default_str();
+  app.add_option("-o,--output", r.format, "md, csv or json")
+      ->type_name("FORMAT")
+      ->capture_default_str();
+
+  LoopArgs out;
+  const std::vector<std::string> args = llama_style_args(argc, argv);
+  std::vector<const char*> ptrs;
+  for (const std::string& s : args) ptrs.push_back(s.c_str());
+  try {
+    app.parse(static_cast<int>(ptrs.size()), ptrs.data());
+  } catch (const CLI::CallForHelp&) {
+    out.help = true;
+    out.help_text = app.help();
+    return out;
+  } catch (const CLI::ParseError& e) {
+    return invalid_argument(e.what());
+  }
+
+  plan::ModelShape m;
+  if (r.o_model->count()) {
+    if (r.o_layers->count() || r.o_heads->count() || r.o_head_dim->count())
+      return invalid_argument(
+          "--model: a preset cannot be combined with --layers, --heads or --head-dim");
+    Expected<plan::ModelShape> pm = plan::find_preset("--model", r.model);
+    if (!pm) return pm.error();
+    m = *pm;
+  } else {
+    Expected<int64_t> layers = parse_one("--layers", r.layers, 1, 4096);
+    if (!layers) return layers.error();
+    m.name = "custom";
+    m.layers = static_cast<int32_t>(*layers);
+    auto heads = parse_heads("--heads", r.heads);
+    if (!heads) return heads.error();
+    if (heads->size() != 1)
+      return invalid_argument(
+          fmt::format("--heads: '{}' is not valid; expected one Q/KV pair, e.g. 32/8", r.heads));
+    m.q_heads = heads->front().first;
+    m.kv_heads = heads->front().second;
+    auto dims = parse_head_dims("--head-dim", r.head_dim);
+    if (!dims) return dims.error();
+    if (dims->size() != 1)
+      return invalid_argument(fmt::format(
+          "--head-dim: '{}' is not valid; expected one head dim, e.g. 128 or 192/128", r.head_dim));
+    m.head_dim = dims->front();
+  }
+  if (Status s = plan::validate(m); !s) return s.error();
+  LoopConfig& c = out.config;
+  c.model = m;
+  auto k = parse_types(kCtk, r.ctk);
+  if (!k) return k.error();
+  auto v = parse_types(kCtv, r.ctv);
+  if (!v) return v.error();
+  auto ke = expand_types(kCtk, *k, m.layers);
+  if (!ke) return ke.error();
+  auto ve = expand_types(kCtv, *v, m.layers);
+  if (!ve) return ve.error();
+  c.k_types = *ke;
+  c.v_types = *ve;
+  auto depths = parse_int_list("-d/--depth", r.depths);
+  if (!depths) return depths.error();
+  c.depths = *depths;
+  auto tokens = parse_one("-n/--tokens", r.tokens, 1, 100000);
+  if (!tokens) return tokens.error();
+  c.tokens = static_cast<int32_t>(*tokens);
+  auto reps = parse_one("--kernel-reps", r.kernel_reps, 1, 1000);
+  if (!reps) return reps.error();
+  c.kernel_reps = static_cast<int32_t>(*reps);
+  c.graphs_off = c.graphs_on = false;
+  for (const std::string& g : split(r.graphs, ',')) {
+    if (g == "off") {
+      c.graphs_off = true;
+    } else if (g == "on") {
+      c.graphs_on = true;
+    } else {
+      return invalid_argument(
+          fmt::format("--graphs: '{}' is not valid; expected off, on or off,on", r.graphs));
+    }
+  }
+  auto seed = parse_one("--seed", r.seed, 0, INT64_MAX);
+  if (!seed) return seed.error();
+  c.seed = static_cast<uint64_t>(*seed);
+  if (auto f = parse_output_format("-o/--output", r.format); !f) return f.error();
+  out.format = r.format;
+  return out;
+}
+
+int run_loop_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  Expected<LoopArgs> a = parse_loop_args(argc, argv);
+  if (!a) {
+    err << "kvflash-loop: " << a.error().message << "\n";
+    return kExitUsage;
+  }
+  if (a->help) {
+    out << a->help_text;
+    return 0;
+  }
+  const LoopConfig& c = a->config;
+  Expected<LoopReport> rep = run_loop(c);
+  if (!rep) {
+    err << "kvflash-loop: " << rep.error().message << "\n";
+    return kExitFailure;
+  }
+  const OutputFormat fmt_out = *parse_output_format("-o/--output", a->format);
+  Table t({{"depth", 0},
+           {"graphs", 0, false},
+           {"us/token", 1},
+           {"kernels us", 1},
+           {"overhead %", 1},
+           {"KV GB/s", 0},
+           {"graph kernels", 0}});
+  for (const LoopRow& r : rep->rows)
+    t.add_row({r.depth, std::string(r.graphs ? "on" : "off"), r.us_per_token, r.kernel_sum_us,
+               100.0 * r.overhead, r.kv_gbps,
+               r.graphs ? Cell{r.kernel_nodes} : Cell{std::monostate{}}});
+  if (fmt_out != OutputFormat::md) {
+    out << t.render(fmt_out);
+    return 0;
+  }
+  std::string kernels;
+  for (size_t l = 0; l < rep->kernels.size(); ++l)
+    if (l == 0 || rep->kernels[l] != rep->kernels[l - 1])
+      kernels += fmt::format("{}{} (layer {})", kernels.empty() ? "" : ", ", rep->kernels[l], l);
+  out << fmt::format("kvflash-loop: {}, {} layers, {}/{} heads, head dim {}/{}; kernels: {}\n",
+                     c.model.name, c.model.layers, c.model.q_heads, c.model.kv_heads,
+                     c.model.head_dim.k, c.model.head_dim.v, kernels);
+  out << t.markdown() << "\n";
+  out << "us/token: median over the timed steps, events around the whole step (all layers); "
+         "kernels us: the sum of each layer's median time alone; overhead: us/token over that "
+         "sum.\n\n";
+  out << rep->memory.table() << "\n";
+  const bool same = rep->kv_bytes == rep->plan_bytes;
+  out << fmt::format(
+      "KV storage {} B; kvflash-plan for this model and {} tokens: {} B ({}).\n"
+      "Pool: {} B; the device's free memory fell by {} B when it was created ({}).\n"
+      "Graph runner: {} eager, {} captures, {} replays, {} resets, {} capture failures.\n",
+      rep->kv_bytes, *std::max_element(c.depths.begin(), c.depths.end()), rep->plan_bytes,
+      same ? "equal" : "DIFFERENT", rep->pool_capacity, rep->device_taken,
+      rep->device_taken >= rep->pool_capacity ? "the device holds it" : "LESS than the pool",
+      rep->counters.eager_runs, rep->counters.captures, rep->counters.replays, rep->counters.resets,
+      rep->counters.capture_failures);
+  return same && rep->counters.capture_failures == 0 ? 0 : kExitFailure;
+}
+
+}  // namespace kvflash::tools::loop
