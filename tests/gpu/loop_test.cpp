@@ -1,4 +1,4 @@
-// A small kvflash-loop run on the device: two layers of different K/V types, two depths served by
+// A small kvflash-loop run on the device: 33 layers of alternating K/V types, two depths served by
 // one graph, memory equal to kvflash-plan's number and held by the device, 0 capture failures.
 #include <gtest/gtest.h>
 
@@ -13,12 +13,15 @@ TEST(GpuLoop, OneGraphServesEveryDepthAndTheMemoryIsThePlans) {
   KVFLASH_REQUIRE_GPU();
   tools::loop::LoopConfig c;
   c.model.name = "test";
-  c.model.layers = 2;
+  // More layers than a pool holds blocks by default (64 = 32 layers' K and V).
+  c.model.layers = 33;
   c.model.q_heads = 32;
   c.model.kv_heads = 8;
   c.model.head_dim = {128, 128};
-  c.k_types = {KvType::q8_0, KvType::f16};
-  c.v_types = {KvType::q4_0, KvType::f16};
+  for (int l = 0; l < c.model.layers; ++l) {
+    c.k_types.push_back(l % 2 ? KvType::f16 : KvType::q8_0);
+    c.v_types.push_back(l % 2 ? KvType::f16 : KvType::q4_0);
+  }
   c.depths = {1024, 4096};
   c.tokens = 3;
   c.kernel_reps = 1;
@@ -29,11 +32,11 @@ TEST(GpuLoop, OneGraphServesEveryDepthAndTheMemoryIsThePlans) {
     EXPECT_GT(row.us_per_token, 0.0);
     EXPECT_GT(row.kernel_sum_us, 0.0);
     if (row.graphs) {
-      EXPECT_GE(row.kernel_nodes, 2);  // at least one kernel per layer
+      EXPECT_GE(row.kernel_nodes, c.model.layers);  // at least one kernel per layer
     }
   }
   EXPECT_EQ(r.kv_bytes, r.plan_bytes);
-  EXPECT_EQ(r.kv_bytes, int64_t{4096} * 8 * ((136 + 72) + (256 + 256)));
+  EXPECT_EQ(r.kv_bytes, int64_t{4096} * 8 * (17 * (136 + 72) + 16 * (256 + 256)));
   EXPECT_GE(r.device_taken, r.pool_capacity);
   EXPECT_EQ(r.memory.total_bytes(), r.pool_capacity);
   // Two eager steps, one capture, then replays for every timed step of both depths: the second

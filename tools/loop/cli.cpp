@@ -214,7 +214,8 @@ int run_loop_cli(int argc, const char* const* argv, std::ostream& out, std::ostr
   out << t.markdown() << "\n";
   out << "us/token: median over the timed steps, events around the whole step (all layers); "
          "kernels us: the sum of each layer's median time alone; overhead: us/token over that "
-         "sum.\n\n";
+         "sum, minus 1 (below 0 when consecutive kernels overlap their start and end, which a "
+         "kernel timed alone cannot).\n\n";
   out << rep->memory.table() << "\n";
   const bool same = rep->kv_bytes == rep->plan_bytes;
   out << fmt::format(

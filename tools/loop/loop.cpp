@@ -135,7 +135,9 @@ Expected<LoopReport> run_loop(const LoopConfig& cfg) {
   if (!cover) return at("allocating the launch cover", cover.error());
   Expected<gpu::MemoryInfo> before = gpu::memory_info();
   if (!before) return before.error();
-  Expected<gpu::DevicePool> pool = gpu::DevicePool::create(capacity_bytes, stream);
+  // Blocks: K and V of every layer, the workspace, q, out and the lengths.
+  Expected<gpu::DevicePool> pool =
+      gpu::DevicePool::create(capacity_bytes, stream, 2 * n_layers + 4);
   if (!pool)
     return at(fmt::format("creating the pool of {}", format_bytes(capacity_bytes)), pool.error());
   Expected<gpu::MemoryInfo> after = gpu::memory_info();
@@ -158,11 +160,13 @@ Expected<LoopReport> run_loop(const LoopConfig& cfg) {
     rep.kv_bytes += static_cast<int64_t>(L.k_bytes + L.v_bytes);
   }
   Expected<uint8_t*> ws = take(ws_bytes);
+  if (!ws) return at("allocating the workspace", ws.error());
   Expected<uint8_t*> q_dev = take(q_bytes);
+  if (!q_dev) return at("allocating q", q_dev.error());
   Expected<uint8_t*> out_dev = take(out_bytes);
+  if (!out_dev) return at("allocating out", out_dev.error());
   Expected<uint8_t*> lens_dev = take(sizeof(int64_t));
-  if (!ws || !q_dev || !out_dev || !lens_dev)
-    return unsupported("kvflash-loop: the pool sized for this run ran out (a bug in its sizing)");
+  if (!lens_dev) return at("allocating the lengths", lens_dev.error());
   rep.plan_bytes = planned_kv_bytes(m, cfg.k_types, cfg.v_types, capacity);
 
   rep.memory.device = 0;
