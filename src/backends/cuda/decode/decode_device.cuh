@@ -87,6 +87,9 @@ __device__ __forceinline__ uint32_t lop_and_xor(uint32_t x, uint32_t mask, uint3
 }
 inline constexpr uint32_t kH2_1152 = 0x64806480u;  // half2(1152, 1152): 1024 + 128 (int8 bias)
 inline constexpr uint32_t kH2_1032 = 0x64086408u;  // half2(1032, 1032): 1024 + 8 (q4_0 bias)
+// High nibbles without a shift: a nibble at bits 4-7 under exponent bits 0x54 reads as the half
+// 64 + n (the exponent of 64 makes a mantissa step of 16 worth 1), so the bias is 64 + 8.
+inline constexpr uint32_t kH2_72 = 0x54805480u;  // half2(72, 72)
 
 // B fragments of K for 32-dim block b, thread t (the k_dim order), for q8_0 and q4_0.
 template <KvType T>
@@ -109,11 +112,12 @@ __device__ __forceinline__ uint4 k_frag_quant(const uint8_t* row, int b, int t) 
     const uint32_t d = load_u16(blk);
     const uint32_t d2 = d | (d << 16);
     const uint32_t q = __byte_perm(load_u16(blk + 2 + 4 * t), load_u16(blk + 4 + 4 * t), 0x5410u);
+    const uint32_t q8 = q >> 8;
     // nibbles of bytes 0 and 2 (and 1 and 3), low then high: the order 0, 2, 1, 3 of k_dim
     r.x = h2_sub_mul((q & 0x000f000fu) | 0x64006400u, kH2_1032, d2);
-    r.y = h2_sub_mul(((q >> 8) & 0x000f000fu) | 0x64006400u, kH2_1032, d2);
-    r.z = h2_sub_mul(((q >> 4) & 0x000f000fu) | 0x64006400u, kH2_1032, d2);
-    r.w = h2_sub_mul(((q >> 12) & 0x000f000fu) | 0x64006400u, kH2_1032, d2);
+    r.y = h2_sub_mul((q8 & 0x000f000fu) | 0x64006400u, kH2_1032, d2);
+    r.z = h2_sub_mul((q & 0x00f000f0u) | 0x54005400u, kH2_72, d2);
+    r.w = h2_sub_mul((q8 & 0x00f000f0u) | 0x54005400u, kH2_72, d2);
   }
   return r;
 }
@@ -134,7 +138,11 @@ __device__ __forceinline__ void v_frags_quant16(const uint8_t* const (&vrow)[4],
     for (int m = 0; m < 8; ++m) w[kk][m] = load_u16(qs + 2 * m);
   }
   const uint32_t d01 = __byte_perm(dd[0], dd[1], 0x5410u), d23 = __byte_perm(dd[2], dd[3], 0x5410u);
-  const int shift = T == KvType::q4_0 ? 4 * ((d0 >> 4) & 1) : 0;
+  // q4_0: dims 16..31 of a block are the high nibbles, read in place (kH2_72), no shift.
+  const bool hi = T == KvType::q4_0 && ((d0 >> 4) & 1);
+  const uint32_t mask = hi ? 0x00f000f0u : 0x000f000fu;
+  const uint32_t base = hi ? 0x54005400u : 0x64006400u;
+  const uint32_t bias = hi ? kH2_72 : kH2_1032;
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
     const uint32_t sel = (i & 1) ? 0x7531u : 0x5410u;  // byte i of each u16 pair at bytes 0, 2
@@ -145,10 +153,8 @@ __device__ __forceinline__ void v_frags_quant16(const uint8_t* const (&vrow)[4],
       b0 = h2_sub_mul(lop_and_xor(x01, 0x00ff00ffu, 0x64806480u), kH2_1152, d01);
       b1 = h2_sub_mul(lop_and_xor(x23, 0x00ff00ffu, 0x64806480u), kH2_1152, d23);
     } else {
-      x01 >>= shift;
-      x23 >>= shift;
-      b0 = h2_sub_mul((x01 & 0x000f000fu) | 0x64006400u, kH2_1032, d01);
-      b1 = h2_sub_mul((x23 & 0x000f000fu) | 0x64006400u, kH2_1032, d23);
+      b0 = h2_sub_mul((x01 & mask) | base, bias, d01);
+      b1 = h2_sub_mul((x23 & mask) | base, bias, d23);
     }
     use(i, b0, b1);
   }

@@ -58,9 +58,14 @@ __device__ __forceinline__ void copy_rows(const uint8_t* src0, int64_t stride, i
     uint8_t* dst = dst0 + r0 * sstride + U * u;
     const int64_t row_step = pass * stride;
     const int dst_step = pass * sstride;
-    for (int r = r0; r < rows; r += pass, row += row_step, dst += dst_step) {
-      const bool ok = r < rows_valid;
-      copy_unit<U>(dst, ok ? row : src0, u, row_bytes, ok);
+    if (rows_valid >= rows) {  // every tile but a range's last: no row is past the end
+      for (int r = r0; r < rows; r += pass, row += row_step, dst += dst_step)
+        copy_unit<U>(dst, row, u, row_bytes, true);
+    } else {
+      for (int r = r0; r < rows; r += pass, row += row_step, dst += dst_step) {
+        const bool ok = r < rows_valid;
+        copy_unit<U>(dst, ok ? row : src0, u, row_bytes, ok);
+      }
     }
   } else {  // rows longer than kThreads units (wide f32 rows): every thread on every row
 #pragma unroll 1
