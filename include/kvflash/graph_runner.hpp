@@ -35,26 +35,13 @@
 namespace kvflash {
 
 struct ShapeSignature {
-  int32_t n_seqs = 0;
-  int32_t n_q_tokens = 0;
-  int32_t n_q_heads = 0;
-  int32_t n_kv_heads = 0;
-  HeadDims head_dim = {0, 0};
-  KvType k_type = KvType::f16;
-  KvType v_type = KvType::f16;
-  int64_t kv_capacity = 0;
-  // The problem's features: each selects other code or other constants in the launch.
-  float scale = 0.0f;
-  bool causal = false;
-  bool has_mask = false;
-  int64_t window = 0;
-  float softcap = 0.0f;
-  bool has_sinks = false;
-  bool has_alibi = false;
+  // Every field of the problem: shapes, types, capacity and the features, each of which selects
+  // other code or other constants in the launch. A problem holds no lengths (they are read on
+  // the device from AttentionTensors::kv_lens), so a length never changes the signature.
+  AttentionProblem problem;
   uint64_t key = 0;  // the caller's: anything else the captured step bakes in
 
-  // Every field of the problem (it holds no lengths), and `key`.
-  static ShapeSignature of(const AttentionProblem& p, uint64_t key = 0);
+  static ShapeSignature of(const AttentionProblem& p, uint64_t key = 0) { return {p, key}; }
   friend bool operator==(const ShapeSignature&, const ShapeSignature&) = default;
 };
 // One line, describe() of the problem and the key, e.g.

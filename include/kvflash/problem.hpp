@@ -70,6 +70,8 @@ struct AttentionProblem {
 
   int32_t group() const { return n_q_heads / n_kv_heads; }
   float effective_scale() const;
+  // Field by field (gpu::GraphRunner's signature is a problem and a key).
+  friend bool operator==(const AttentionProblem&, const AttentionProblem&) = default;
   // Rows of the per-(sequence, KV head) query matrix: every query token of every head of a group.
   int32_t rows_per_kv_head() const { return n_q_tokens * group(); }
 };

@@ -7,45 +7,8 @@
 
 namespace kvflash {
 
-ShapeSignature ShapeSignature::of(const AttentionProblem& p, uint64_t key) {
-  ShapeSignature s;
-  s.n_seqs = p.n_seqs;
-  s.n_q_tokens = p.n_q_tokens;
-  s.n_q_heads = p.n_q_heads;
-  s.n_kv_heads = p.n_kv_heads;
-  s.head_dim = p.head_dim;
-  s.k_type = p.k_type;
-  s.v_type = p.v_type;
-  s.kv_capacity = p.kv_capacity;
-  s.scale = p.scale;
-  s.causal = p.causal;
-  s.has_mask = p.has_mask;
-  s.window = p.window;
-  s.softcap = p.softcap;
-  s.has_sinks = p.has_sinks;
-  s.has_alibi = p.has_alibi;
-  s.key = key;
-  return s;
-}
-
 std::string describe(const ShapeSignature& s) {
-  AttentionProblem p;
-  p.n_seqs = s.n_seqs;
-  p.n_q_tokens = s.n_q_tokens;
-  p.n_q_heads = s.n_q_heads;
-  p.n_kv_heads = s.n_kv_heads;
-  p.head_dim = s.head_dim;
-  p.k_type = s.k_type;
-  p.v_type = s.v_type;
-  p.kv_capacity = s.kv_capacity;
-  p.scale = s.scale;
-  p.causal = s.causal;
-  p.has_mask = s.has_mask;
-  p.window = s.window;
-  p.softcap = s.softcap;
-  p.has_sinks = s.has_sinks;
-  p.has_alibi = s.has_alibi;
-  return fmt::format("{} key={:#x}", describe(p), s.key);
+  return fmt::format("{} key={:#x}", describe(s.problem), s.key);
 }
 
 const char* to_string(StepKind k) {
