@@ -128,6 +128,10 @@ void score_turbo_vnni(const int16_t* qi, v16 row_scale, int32_t dk, const uint8_
   constexpr int J = kLanes / R;
   const __m512i table = _mm512_load_si512(ti.c);
   for (int32_t k0 = 0; k0 < kKeyChunk; k0 += J) {
+    for (int32_t j = k0; j < std::min(k0 + J, pf.n); ++j) {
+      prefetch_lines(pf.k + j * pf.k_stride, pf.k_bytes);
+      prefetch_lines(pf.v + j * pf.v_stride, pf.v_bytes);
+    }
     const uint8_t* blks[J];
 #pragma GCC unroll 16
     for (int j = 0; j < J; ++j) blks[j] = k + std::min(k0 + j, n - 1) * stride;
@@ -136,10 +140,6 @@ void score_turbo_vnni(const int16_t* qi, v16 row_scale, int32_t dk, const uint8_
       v16i acc[kLanes] = {};
 #pragma GCC unroll 16
       for (int j = 0; j < J; ++j) {
-        if (g == 0 && k0 + j < pf.n) {  // one key's prefetches per key (a burst stalls)
-          prefetch_lines(pf.k + (k0 + j) * pf.k_stride, pf.k_bytes);
-          prefetch_lines(pf.v + (k0 + j) * pf.v_stride, pf.v_bytes);
-        }
         const TurboWords<Bits> w(blks[j]);
 #pragma GCC unroll 4
         for (int t = 0; t < 4; ++t) {
