@@ -5,9 +5,11 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <optional>
 
+#include "kvflash/formats.hpp"
 #include "kvflash/stack_arena.hpp"
 #include "kvflash/status.hpp"
 
@@ -66,6 +68,13 @@ class Stream {
 // before returning) before the host reads or frees the memory.
 Status copy(void* dst, const void* src, size_t bytes, void* stream = nullptr);
 Status fill(void* dst, int byte_value, size_t bytes, void* stream = nullptr);
+
+// kvflash::quantize_rows on the device: n_rows rows of n_values floats at `src` (device memory,
+// row after row) into `dst` (device memory, row_size(t, n_values) bytes per row, row after row),
+// enqueued on `stream` (no allocation, no synchronization: legal under graph capture). The bytes
+// are the host's: every type, padding and saturation rule of formats.hpp, bit for bit.
+Status quantize_rows(KvType t, const float* src, int64_t n_rows, int64_t n_values, void* dst,
+                     void* stream = nullptr);
 
 // Milliseconds of device time for what `enqueue` puts on `stream`, measured with two CUDA events
 // around it (then synchronizes on the end event). An error from enqueue is returned as is.

@@ -159,6 +159,16 @@ Status fill(void* dst, int byte_value, size_t bytes, void* stream) {
 #endif
 }
 
+Status quantize_rows(KvType t, const float* src, int64_t n_rows, int64_t n_values, void* dst,
+                     void* stream) {
+#if defined(KVFLASH_HAS_CUDA)
+  return cuda::quantize_rows(t, src, n_rows, n_values, dst, stream);
+#else
+  (void)t, (void)src, (void)n_rows, (void)n_values, (void)dst, (void)stream;
+  return no_cuda("gpu::quantize_rows");
+#endif
+}
+
 Expected<double> time_ms(void* stream, const std::function<Status()>& enqueue) {
 #if defined(KVFLASH_HAS_CUDA)
   return cuda::time_ms(stream, enqueue);

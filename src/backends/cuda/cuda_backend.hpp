@@ -2,11 +2,13 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <vector>
 
 #include "kvflash/device.hpp"
+#include "kvflash/formats.hpp"
 #include "kvflash/registry.hpp"
 #include "kvflash/status.hpp"
 
@@ -54,6 +56,9 @@ Expected<GraphHandles> capture_graph(void* stream, const std::function<Status()>
 Status launch_graph(void* exec, void* stream);
 void destroy_graph(void* graph, void* exec);  // either may be nullptr
 Status last_error();
+// kvflash::quantize_rows on the device (quantize.cu): src and dst device memory, on `stream`.
+Status quantize_rows(KvType t, const float* src, int64_t n_rows, int64_t n, void* dst,
+                     void* stream);
 // cudaMemGetInfo of the current device.
 Expected<gpu::MemoryInfo> memory_info();
 
