@@ -33,6 +33,16 @@ constexpr std::string_view kListHelp =
 
 }  // namespace
 
+Expected<int64_t> parse_int(std::string_view flag, std::string_view text, int64_t lo, int64_t hi) {
+  int64_t v = 0;
+  const char* end = text.data() + text.size();
+  auto [p, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ec != std::errc() || p != end || v < lo || v > hi)
+    return invalid_argument(fmt::format("{}: '{}' is not valid; expected one integer from {} to {}",
+                                        flag, text, lo, hi));
+  return v;
+}
+
 std::vector<std::string> split(std::string_view text, char sep) {
   std::vector<std::string> out;
   size_t start = 0;

@@ -21,6 +21,9 @@
 namespace kvflash::tools {
 
 Expected<std::vector<int64_t>> parse_int_list(std::string_view flag, std::string_view text);
+// One integer in [lo, hi] (0 allowed where lo is 0, unlike parse_int_list); the error names the
+// flag, the text and the range.
+Expected<int64_t> parse_int(std::string_view flag, std::string_view text, int64_t lo, int64_t hi);
 Expected<std::vector<std::pair<int32_t, int32_t>>> parse_heads(std::string_view flag,
                                                                std::string_view text);
 Expected<std::vector<HeadDims>> parse_head_dims(std::string_view flag, std::string_view text);

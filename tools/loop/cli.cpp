@@ -17,17 +17,6 @@ namespace {
 constexpr std::string_view kCtk = "-ctk/--cache-type-k";
 constexpr std::string_view kCtv = "-ctv/--cache-type-v";
 
-Expected<int64_t> parse_one(std::string_view flag, const std::string& text, int64_t lo,
-                            int64_t hi) {
-  int64_t v = 0;
-  const char* end = text.data() + text.size();
-  auto [p, ec] = std::from_chars(text.data(), end, v);
-  if (text.empty() || ec != std::errc() || p != end || v < lo || v > hi)
-    return invalid_argument(fmt::format("{}: '{}' is not valid; expected one integer from {} to {}",
-                                        flag, text, lo, hi));
-  return v;
-}
-
 struct Raw {
   std::string model, layers = "32", heads = "32/8", head_dim = "128";
   std::string ctk = "q8_0", ctv = "q8_0";
@@ -113,7 +102,7 @@ Expected<LoopArgs> parse_loop_args(int argc, const char* const* argv) {
     if (!pm) return pm.error();
     m = *pm;
   } else {
-    Expected<int64_t> layers = parse_one("--layers", r.layers, 1, 4096);
+    Expected<int64_t> layers = parse_int("--layers", r.layers, 1, 4096);
     if (!layers) return layers.error();
     m.name = "custom";
     m.layers = static_cast<int32_t>(*layers);
@@ -147,10 +136,10 @@ Expected<LoopArgs> parse_loop_args(int argc, const char* const* argv) {
   auto depths = parse_int_list("-d/--depth", r.depths);
   if (!depths) return depths.error();
   c.depths = *depths;
-  auto tokens = parse_one("-n/--tokens", r.tokens, 1, 100000);
+  auto tokens = parse_int("-n/--tokens", r.tokens, 1, 100000);
   if (!tokens) return tokens.error();
   c.tokens = static_cast<int32_t>(*tokens);
-  auto reps = parse_one("--kernel-reps", r.kernel_reps, 1, 1000);
+  auto reps = parse_int("--kernel-reps", r.kernel_reps, 1, 1000);
   if (!reps) return reps.error();
   c.kernel_reps = static_cast<int32_t>(*reps);
   c.graphs_off = c.graphs_on = false;
@@ -164,7 +153,7 @@ Expected<LoopArgs> parse_loop_args(int argc, const char* const* argv) {
           fmt::format("--graphs: '{}' is not valid; expected off, on or off,on", r.graphs));
     }
   }
-  auto seed = parse_one("--seed", r.seed, 0, INT64_MAX);
+  auto seed = parse_int("--seed", r.seed, 0, INT64_MAX);
   if (!seed) return seed.error();
   c.seed = static_cast<uint64_t>(*seed);
   if (auto f = parse_output_format("-o/--output", r.format); !f) return f.error();

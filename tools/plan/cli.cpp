@@ -18,19 +18,6 @@ namespace {
 constexpr std::string_view kCtk = "-ctk/--cache-type-k";
 constexpr std::string_view kCtv = "-ctv/--cache-type-v";
 
-// One integer in [lo, hi]. Not parse_int_list: its message is about lists and ranges, and it
-// rejects 0 (a valid --swa-layers).
-Expected<int64_t> parse_one(std::string_view flag, const std::string& text, int64_t lo,
-                            int64_t hi) {
-  int64_t v = 0;
-  const char* end = text.data() + text.size();
-  auto [p, ec] = std::from_chars(text.data(), end, v);
-  if (text.empty() || ec != std::errc() || p != end || v < lo || v > hi)
-    return invalid_argument(fmt::format("{}: '{}' is not valid; expected one integer from {} to {}",
-                                        flag, text, lo, hi));
-  return v;
-}
-
 struct Args {
   std::string model, layers, heads, head_dim, swa_layers, swa_window;
   bool mla = false;
@@ -113,7 +100,7 @@ Expected<ModelShape> build_model(const Args& a) {
                     "[--head-dim D] [--swa-layers N --swa-window W] [--mla]",
                     preset_names()));
   ModelShape m;
-  auto layers = parse_one("--layers", a.layers, 1, 65536);
+  auto layers = parse_int("--layers", a.layers, 1, 65536);
   if (!layers) return layers.error();
   m.layers = static_cast<int32_t>(*layers);
   auto heads = parse_heads("--heads", a.heads);
@@ -136,9 +123,9 @@ Expected<ModelShape> build_model(const Args& a) {
         "--swa-layers and --swa-window go together: how many layers use a sliding window, and "
         "its length in tokens");
   if (a.o_swa_layers->count()) {
-    auto n = parse_one("--swa-layers", a.swa_layers, 0, m.layers);
+    auto n = parse_int("--swa-layers", a.swa_layers, 0, m.layers);
     if (!n) return n.error();
-    auto w = parse_one("--swa-window", a.swa_window, 1, SupportedSpace::max_kv_len);
+    auto w = parse_int("--swa-window", a.swa_window, 1, SupportedSpace::max_kv_len);
     if (!w) return w.error();
     m.swa_layers = static_cast<int32_t>(*n);
     m.swa_window = *w;
@@ -161,7 +148,7 @@ Expected<PlanRequest> build_request(const Args& a) {
           "-c/--context: '{}' is not valid; kvflash supports up to {} tokens per sequence", c,
           SupportedSpace::max_kv_len));
   req.contexts = *contexts;
-  auto batch = parse_one("--batch", a.batch, 1, SupportedSpace::max_seqs);
+  auto batch = parse_int("--batch", a.batch, 1, SupportedSpace::max_seqs);
   if (!batch) return batch.error();
   req.batch = *batch;
   if (a.o_budget->count()) {
