@@ -23,6 +23,7 @@
 #include <string>
 
 #include "kvflash/formats.hpp"
+#include "kvflash/state.hpp"  // KVFLASH_HD
 #include "kvflash/status.hpp"
 
 namespace kvflash {
@@ -67,6 +68,10 @@ struct AttentionProblem {
   float softcap = 0.0f;    // logit soft cap, 0 = off
   bool has_sinks = false;  // per-head sink logits, see AttentionTensors::sinks
   bool has_alibi = false;  // per-head ALiBi slopes, see AttentionTensors::alibi_slopes
+  // Paged K/V (as serving engines keep them): 0 = each sequence's tokens sit at one stride
+  // (KvTensor without a page table); > 0 = tokens live in pages of page_size tokens that a page
+  // table maps per sequence (KvTensor::page_table, any page size).
+  int32_t page_size = 0;
 
   int32_t group() const { return n_q_heads / n_kv_heads; }
   float effective_scale() const;
@@ -85,16 +90,47 @@ std::string describe(const AttentionProblem& p);
 //   data + seq * stride_seq + token * stride_token + head * stride_head   (bytes)
 // and holds row_size(type, head_dim) bytes. Strides are in bytes and may be any layout
 // (token-major as in ggml, head-major, ...), but rows must not overlap.
+//
+// Paged (problem.page_size = P > 0): token t of sequence s lives in page
+//   page_table[s * pages_per_seq + t / P]   (an int32 page number, 0 <= page < n_pages)
+// and its row starts at
+//   data + page * stride_page + (t % P) * stride_token + head * stride_head   (stride_seq unused).
+// The table is in the same memory as the data (device memory for cuda.decode), read when the
+// kernel runs, so a captured graph follows later changes to it. K and V may share a table.
+// Readers: cuda.decode and cpu.reference; the CPU kernels decline paged problems (guard
+// "kv_layout"). gpu::KvCache appends to paged caches on the device.
 struct KvTensor {
   const void* data = nullptr;
   int64_t stride_token = 0;
   int64_t stride_head = 0;
   int64_t stride_seq = 0;
+  // Paged layout only (see above).
+  const int32_t* page_table = nullptr;
+  int32_t pages_per_seq = 0;
+  int64_t n_pages = 0;
+  int64_t stride_page = 0;
 };
+
+// Byte offset of row (seq, token, head) from data, for either layout (page_size 0: contiguous).
+// The page table is read here, so it must be readable by the caller (host or device).
+KVFLASH_HD int64_t kv_row_offset(const KvTensor& kv, int32_t page_size, int64_t seq, int64_t token,
+                                 int64_t head) {
+  if (page_size > 0) {
+    const int64_t page = kv.page_table[seq * kv.pages_per_seq + token / page_size];
+    return page * kv.stride_page + (token % page_size) * kv.stride_token + head * kv.stride_head;
+  }
+  return seq * kv.stride_seq + token * kv.stride_token + head * kv.stride_head;
+}
 
 // Contiguous (seq, token, head, dim) layout for a cache of `capacity` tokens.
 KvTensor kv_tensor_contiguous(const void* data, KvType t, int32_t head_dim, int32_t n_kv_heads,
                               int64_t capacity);
+// Paged layout: n_pages pages of (page_size tokens, n_kv_heads heads) rows, tokens a multiple of
+// 4 bytes apart, each page starting at a multiple of 16 bytes; `page_table` holds pages_per_seq
+// entries per sequence.
+KvTensor kv_tensor_paged(const void* data, KvType t, int32_t head_dim, int32_t n_kv_heads,
+                         int32_t page_size, int64_t n_pages, const int32_t* page_table,
+                         int32_t pages_per_seq);
 
 struct AttentionTensors {
   const float* q = nullptr;             // (n_seqs, n_q_tokens, n_q_heads, head_dim.k)

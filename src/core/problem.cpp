@@ -59,6 +59,9 @@ Status validate(const AttentionProblem& p) {
                        "a finite positive number, or 0 for 1/sqrt(head_dim.k)");
   if (p.window < 0)
     return field_error("window", std::to_string(p.window), "0 (off) or a positive token count");
+  if (p.page_size < 0)
+    return field_error("page_size", std::to_string(p.page_size),
+                       "0 (contiguous) or a positive number of tokens per page");
   if (!std::isfinite(p.softcap) || p.softcap < 0.0f)
     return field_error("softcap", fmt::format("{}", p.softcap), "0 (off) or a finite positive cap");
   return {};
@@ -71,6 +74,7 @@ std::string describe(const AttentionProblem& p) {
   if (p.causal) s += " causal";
   if (p.has_mask) s += " mask";
   if (p.window > 0) s += fmt::format(" window={}", p.window);
+  if (p.page_size > 0) s += fmt::format(" paged={}", p.page_size);
   if (p.softcap > 0.0f) s += fmt::format(" softcap={}", p.softcap);
   if (p.has_sinks) s += " sinks";
   if (p.has_alibi) s += " alibi";
@@ -82,6 +86,24 @@ KvTensor kv_tensor_contiguous(const void* data, KvType t, int32_t head_dim, int3
                               int64_t capacity) {
   const auto row = static_cast<int64_t>(row_size(t, head_dim));
   return KvTensor{data, row * n_kv_heads, row, row * n_kv_heads * capacity};
+}
+
+KvTensor kv_tensor_paged(const void* data, KvType t, int32_t head_dim, int32_t n_kv_heads,
+                         int32_t page_size, int64_t n_pages, const int32_t* page_table,
+                         int32_t pages_per_seq) {
+  const auto row = static_cast<int64_t>(row_size(t, head_dim));
+  KvTensor kv;
+  kv.data = data;
+  kv.stride_head = row;
+  // A multiple of 4 bytes (rows are even-sized, so this pads only odd head counts), so that a
+  // row's alignment does not depend on its page: what cuda.decode's 4-byte copies need.
+  kv.stride_token = (row * n_kv_heads + 3) / 4 * 4;
+  kv.stride_seq = 0;
+  kv.page_table = page_table;
+  kv.pages_per_seq = pages_per_seq;
+  kv.n_pages = n_pages;
+  kv.stride_page = (kv.stride_token * page_size + 15) / 16 * 16;
+  return kv;
 }
 
 namespace {
@@ -101,9 +123,36 @@ Status validate_kv(const char* which, const KvTensor& kv, KvType t, int32_t dim,
           which, axis, stride, to_string(t), dim, row));
     return {};
   };
-  if (Status s = check("token", kv.stride_token, p.kv_capacity); !s) return s;
+  if (p.page_size == 0) {
+    if (kv.page_table != nullptr)
+      return invalid_argument(fmt::format(
+          "tensors.{}.page_table is set but problem.page_size is 0 (contiguous layout)", which));
+    if (Status s = check("token", kv.stride_token, p.kv_capacity); !s) return s;
+    if (Status s = check("head", kv.stride_head, p.n_kv_heads); !s) return s;
+    return check("seq", kv.stride_seq, p.n_seqs);
+  }
+  // Paged: a page holds page_size tokens of every head; pages must not overlap.
+  if (kv.page_table == nullptr)
+    return invalid_argument(fmt::format("problem.page_size = {} but tensors.{}.page_table is null",
+                                        p.page_size, which));
+  if (kv.n_pages < 1 || kv.stride_page < 0)
+    return invalid_argument(
+        fmt::format("tensors.{}: n_pages = {} must be >= 1 and stride_page = {} >= 0", which,
+                    kv.n_pages, kv.stride_page));
+  if (int64_t{kv.pages_per_seq} * p.page_size < p.kv_capacity)
+    return invalid_argument(fmt::format(
+        "tensors.{}.pages_per_seq = {} pages of {} tokens hold fewer than kv_capacity = {}", which,
+        kv.pages_per_seq, p.page_size, p.kv_capacity));
+  if (Status s = check("token", kv.stride_token, p.page_size); !s) return s;
   if (Status s = check("head", kv.stride_head, p.n_kv_heads); !s) return s;
-  return check("seq", kv.stride_seq, p.n_seqs);
+  const int64_t extent =
+      int64_t{p.page_size - 1} * kv.stride_token + int64_t{p.n_kv_heads - 1} * kv.stride_head + row;
+  if (kv.n_pages > 1 && kv.stride_page < extent)
+    return invalid_argument(fmt::format(
+        "tensors.{}.stride_page = {} bytes is smaller than one page ({} tokens x {} heads: {} "
+        "bytes)",
+        which, kv.stride_page, p.page_size, p.n_kv_heads, extent));
+  return {};
 }
 
 }  // namespace

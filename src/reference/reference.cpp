@@ -19,9 +19,24 @@ constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 // Bound on logits held at once (rows x keys), so that 1M-token references fit in memory.
 constexpr int64_t kMaxLogitsInFlight = int64_t{1} << 24;
 
-const uint8_t* row_ptr(const KvTensor& kv, int64_t seq, int64_t token, int64_t head) {
-  return static_cast<const uint8_t*>(kv.data) + seq * kv.stride_seq + token * kv.stride_token +
-         head * kv.stride_head;
+const uint8_t* row_ptr(const KvTensor& kv, int32_t page_size, int64_t seq, int64_t token,
+                       int64_t head) {
+  return static_cast<const uint8_t*>(kv.data) + kv_row_offset(kv, page_size, seq, token, head);
+}
+
+// Every page-table entry a sequence's tokens can reach must name a page of the tensor.
+Status check_pages(const char* which, const KvTensor& kv, const AttentionProblem& p, int64_t seq,
+                   int64_t len) {
+  if (p.page_size == 0 || len == 0) return {};
+  const int64_t used = (len + p.page_size - 1) / p.page_size;
+  for (int64_t i = 0; i < used; ++i) {
+    const int32_t page = kv.page_table[seq * kv.pages_per_seq + i];
+    if (page < 0 || page >= kv.n_pages)
+      return invalid_argument(fmt::format(
+          "tensors.{}.page_table[{}] = {} (sequence {}, page {}) is outside 0 .. n_pages - 1 = {}",
+          which, seq * kv.pages_per_seq + i, page, seq, i, kv.n_pages - 1));
+  }
+  return {};
 }
 
 }  // namespace
@@ -42,6 +57,8 @@ Status reference_attention(const AttentionProblem& p, const AttentionTensors& t,
     if (len < 0 || len > p.kv_capacity)
       return invalid_argument(
           fmt::format("kv_lens[{}] = {} is outside 0 .. kv_capacity = {}", s, len, p.kv_capacity));
+    if (Status st = check_pages("k", t.k, p, s, len); !st) return st;
+    if (Status st = check_pages("v", t.v, p, s, len); !st) return st;
     const int64_t n_rows = int64_t{p.n_q_tokens} * G;
     const int64_t rows_per_chunk = std::max<int64_t>(
         1, std::min<int64_t>(n_rows, kMaxLogitsInFlight / std::max<int64_t>(len, 1)));
@@ -58,7 +75,7 @@ Status reference_attention(const AttentionProblem& p, const AttentionTensors& t,
           for (int32_t d = 0; d < dk; ++d) qd[r * dk + d] = q[d];
         }
         for (int64_t j = 0; j < len; ++j) {
-          dequantize_row(p.k_type, row_ptr(t.k, s, j, kvh), dk, krow.data());
+          dequantize_row(p.k_type, row_ptr(t.k, p.page_size, s, j, kvh), dk, krow.data());
           for (int64_t r = 0; r < nr; ++r) {
             double dot = 0;
             for (int32_t d = 0; d < dk; ++d) dot += qd[r * dk + d] * double{krow[d]};
@@ -87,7 +104,7 @@ Status reference_attention(const AttentionProblem& p, const AttentionTensors& t,
           bool any = false;
           for (int64_t r = 0; r < nr && !any; ++r) any = logits[r * len + j] != kNegInf;
           if (!any) continue;
-          dequantize_row(p.v_type, row_ptr(t.v, s, j, kvh), dv, vrow.data());
+          dequantize_row(p.v_type, row_ptr(t.v, p.page_size, s, j, kvh), dv, vrow.data());
           for (int64_t r = 0; r < nr; ++r) {
             const double w = state_weight(logits[r * len + j], m[r]);
             if (w == 0.0) continue;

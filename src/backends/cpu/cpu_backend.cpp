@@ -200,6 +200,15 @@ std::optional<std::string> reject_prefill_sized(const AttentionProblem& p) {
   return std::nullopt;
 }
 
+// The CPU kernels walk each (sequence, head)'s keys at one token stride.
+std::optional<std::string> reject_paged(const AttentionProblem& p) {
+  if (p.page_size == 0) return std::nullopt;
+  return fmt::format(
+      "page_size = {}: the CPU kernels read contiguous (token-strided) caches only; paged caches "
+      "are read by cuda.decode and cpu.reference",
+      p.page_size);
+}
+
 #if defined(KVFLASH_CPU_AVX512)
 bool cpu_has_avx512() {
   __builtin_cpu_init();
@@ -238,6 +247,7 @@ KernelCandidate make_candidate(std::string name, int priority, KernelFn fn, bool
   (void)needs_avx512;
 #endif
   if (decode_only) c.guards.push_back({"decode_q_tokens", reject_prefill_sized});
+  c.guards.push_back({"kv_layout", reject_paged});
   c.make_plan = plan_cpu;
   c.run = [fn](const Plan& plan, const AttentionTensors& t, void* ws, void*) {
     return run_cpu(plan, t, ws, fn);
