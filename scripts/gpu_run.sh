@@ -9,6 +9,8 @@
 #   bench_cuda.csv (+ .err)  kvflash-bench CUDA decode: every type at 4K..1M, the mixed pairs,
 #                GQA 8, head dim 256, 8 query tokens
 #   bench_cuda_sweep.csv (+ .err)  f16 and q4_0 over every power of two 1K..1M and close pairs
+#   bench_paged.csv (+ .err), paged.md  paged caches (page sizes 1..256, shuffled tables) against
+#                contiguous ones, µs per call
 #   profile.txt, sass.txt  with KVFLASH_GPU_PROFILE=1: Nsight Compute sections and SASS of the
 #                decode kernel (f16, q4_0 at 1M tokens); q4_0_1M.ncu-rep and q4_0_1M_sass.csv:
 #                the full report and its per-SASS-instruction source page for q4_0 at 1M
@@ -170,6 +172,14 @@ echo "cuda sweep rc=$?"
 python3 scripts/summarize_bench.py "$out/bench_cuda.csv" "$out/bench_cuda_sweep.csv" \
   > "$out/summary.md" 2>&1
 cat "$out/summary.md"
+# Paged caches (shuffled page tables) against contiguous ones (page size 0), in the same run.
+{
+  $bench "${common[@]}" -ctk f16,q8_0,q4_0,turbo3 --page-size 0,16,64,256 -d 4096,32768,1048576
+  $bench "${common[@]}" -ctk q8_0 --page-size 0,1,7 -d 4096,32768 | tail -n +2
+} > "$out/bench_paged.csv" 2> "$out/bench_paged.err"
+echo "paged bench rc=$?"
+python3 scripts/paged_table.py "$out/bench_paged.csv" > "$out/paged.md" 2>&1
+cat "$out/paged.md"
 # Issue 5's decode loop: 32 layers of 32/8 heads, D 128, up to 256K tokens, eager and graphs;
 # then mixed types per layer.
 loop=build/gpu/tools/loop/kvflash-loop

@@ -60,6 +60,16 @@ TEST(BenchOptions, ListsRangesAndRepeatedFlags) {
   EXPECT_EQ(o.seed, 7u);
 }
 
+TEST(BenchOptions, PageSizesTakeZeroForContiguous) {
+  EXPECT_EQ(parse({}).options->page_sizes, std::vector<int32_t>{0});
+  const ParseResult r = parse({"--page-size", "0,16-64*2", "--page-size", "7"});
+  ASSERT_TRUE(r.options);
+  EXPECT_EQ(r.options->page_sizes, (std::vector<int32_t>{0, 16, 32, 64, 7}));
+  const ParseResult bad = parse({"--page-size", "-3"});
+  EXPECT_FALSE(bad.options);
+  EXPECT_EQ(bad.exit_code, kExitUsage);
+}
+
 TEST(BenchOptions, KvPairsDiagonalOrEveryPair) {
   auto only_k = parse({"-ctk", "f16,q4_0"});
   ASSERT_TRUE(only_k.options);

@@ -137,7 +137,7 @@ int run_bench(int argc, char** argv, std::ostream& out, std::ostream& err) {
   const std::vector<int32_t> threads = o.threads.empty() ? std::vector<int32_t>{0} : o.threads;
   const int64_t total =
       static_cast<int64_t>(o.heads.size() * o.head_dims.size() * o.batch.size() * o.n_q.size() *
-                           threads.size() * o.pairs.size() * o.depths.size());
+                           threads.size() * o.page_sizes.size() * o.pairs.size() * o.depths.size());
   tools::Progress progress(total, o.progress);
   std::vector<Row> rows;
   std::vector<std::string> failures;
@@ -148,36 +148,38 @@ int run_bench(int argc, char** argv, std::ostream& out, std::ostream& err) {
       for (int32_t b : o.batch)
         for (int32_t nq : o.n_q)
           for (int32_t t : threads)
-            for (KvPair kv : o.pairs)
-              for (int64_t d : o.depths) {
-                AttentionProblem p;
-                p.n_seqs = b;
-                p.n_q_tokens = nq;
-                p.n_q_heads = qh;
-                p.n_kv_heads = kvh;
-                p.head_dim = hd;
-                p.k_type = kv.k;
-                p.v_type = kv.v;
-                p.kv_capacity = d;
-                const std::string label =
-                    fmt::format("{}/{} {} D {} depth {} {}", to_string(kv.k), to_string(kv.v),
-                                heads_name(p), dims_name(p), d, test_name(p));
-                if (nq > d) {  // the queries are the last n_q of the depth's tokens
-                  skipped.insert({nq, d});
+            for (int32_t ps : o.page_sizes)
+              for (KvPair kv : o.pairs)
+                for (int64_t d : o.depths) {
+                  AttentionProblem p;
+                  p.page_size = ps;
+                  p.n_seqs = b;
+                  p.n_q_tokens = nq;
+                  p.n_q_heads = qh;
+                  p.n_kv_heads = kvh;
+                  p.head_dim = hd;
+                  p.k_type = kv.k;
+                  p.v_type = kv.v;
+                  p.kv_capacity = d;
+                  const std::string label =
+                      fmt::format("{}/{} {} D {} depth {} {}", to_string(kv.k), to_string(kv.v),
+                                  heads_name(p), dims_name(p), d, test_name(p));
+                  if (nq > d) {  // the queries are the last n_q of the depth's tokens
+                    skipped.insert({nq, d});
+                    progress.step(label);
+                    continue;
+                  }
+                  cfg.threads = t;
+                  Expected<Timing> tm = time_point(p, cfg);
+                  if (!tm) {
+                    failures.push_back(fmt::format("{}: {}", describe(p), tm.error().message));
+                  } else {
+                    const double bw =
+                        tm->backend == Backend::cpu ? m.cpu_bw.gbps : m.gpu_bw.value_or(0.0);
+                    rows.push_back(make_row(p, std::move(*tm), bw));
+                  }
                   progress.step(label);
-                  continue;
                 }
-                cfg.threads = t;
-                Expected<Timing> tm = time_point(p, cfg);
-                if (!tm) {
-                  failures.push_back(fmt::format("{}: {}", describe(p), tm.error().message));
-                } else {
-                  const double bw =
-                      tm->backend == Backend::cpu ? m.cpu_bw.gbps : m.gpu_bw.value_or(0.0);
-                  rows.push_back(make_row(p, std::move(*tm), bw));
-                }
-                progress.step(label);
-              }
   progress.finish();
 
   for (auto [nq, d] : skipped)

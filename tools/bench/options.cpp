@@ -78,7 +78,8 @@ ParseResult parse_options(int argc, const char* const* argv, std::ostream& out, 
       "kvflash-bench"};
   app.footer(kFooter);
   std::string backend = "auto", ctk, ctv, heads = "32/8", head_dim = "128", depth = "4096,32768";
-  std::string n_q = "1", batch = "1", reps = "5", warmup = "1", threads, output = "md", plot;
+  std::string n_q = "1", batch = "1", page_size = "0", reps = "5", warmup = "1", threads,
+              output = "md", plot;
   std::string llc;
   BenchOptions o;
   // Sweep flags collect every occurrence, joined by commas (llama-bench: "-d 1 -d 2" = "-d 1,2").
@@ -96,6 +97,9 @@ ParseResult parse_options(int argc, const char* const* argv, std::ostream& out, 
   list("-d,--depth,--n-depth", depth, "KV tokens per sequence (lists, ranges)");
   list("-n,--n-query", n_q, "query tokens per step: 1 decode, 2..8 speculative, more = prefill");
   list("-b,--batch", batch, "sequences per call");
+  list("--page-size", page_size,
+       "tokens per KV page: 0 = contiguous caches; N = paged caches (shuffled page tables, as a "
+       "serving engine's), CUDA only");
   app.add_option("-r,--repetitions", reps, "timed calls per row (median, min, max reported)")
       ->capture_default_str();
   app.add_option("--warmup", warmup, "untimed calls per row before timing")->capture_default_str();
@@ -168,6 +172,19 @@ ParseResult parse_options(int argc, const char* const* argv, std::ostream& out, 
   auto b = int_list<int32_t>("-b", batch, 1, SupportedSpace::max_seqs, "sequences per call");
   if (!b) return fail(b.error());
   o.batch = *b;
+  // 0 (contiguous) may stand among the page sizes: "0,16" compares both.
+  o.page_sizes.clear();
+  std::string paged;
+  for (const std::string& item : tools::split(page_size, ','))
+    if (item == "0")
+      o.page_sizes.push_back(0);
+    else
+      paged += (paged.empty() ? "" : ",") + item;
+  if (!paged.empty()) {
+    auto ps = int_list<int32_t>("--page-size", paged, 1, 1 << 30, "tokens per page (or 0)");
+    if (!ps) return fail(ps.error());
+    o.page_sizes.insert(o.page_sizes.end(), ps->begin(), ps->end());
+  }
   if (!threads.empty()) {
     auto t = int_list<int32_t>("-t", threads, 1, 4096, "the thread count");
     if (!t) return fail(t.error());

@@ -37,9 +37,10 @@ Row make_row(const AttentionProblem& p, Timing t, double mem_bw_gbps) {
 }
 
 std::string test_name(const AttentionProblem& p) {
-  if (p.n_q_tokens == 1) return "decode";
-  if (is_decode(p)) return fmt::format("spec {}", p.n_q_tokens);
-  return fmt::format("prefill {}", p.n_q_tokens);
+  const std::string paged = p.page_size > 0 ? fmt::format(" paged {}", p.page_size) : "";
+  if (p.n_q_tokens == 1) return "decode" + paged;
+  if (is_decode(p)) return fmt::format("spec {}{}", p.n_q_tokens, paged);
+  return fmt::format("prefill {}{}", p.n_q_tokens, paged);
 }
 
 std::string heads_name(const AttentionProblem& p) {

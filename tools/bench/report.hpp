@@ -25,7 +25,7 @@ struct Row {
 // Fills the speeds of a row from its problem and timing; bandwidth 0 means unknown.
 Row make_row(const AttentionProblem& p, Timing t, double mem_bw_gbps);
 
-// "decode", "spec 4", "prefill 512".
+// "decode", "spec 4", "prefill 512"; paged caches add " paged N" (N tokens per page).
 std::string test_name(const AttentionProblem& p);
 // "32/8" and "128" or "576/512".
 std::string heads_name(const AttentionProblem& p);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <numeric>
 #include <random>
 
 #include "kvflash/device.hpp"
@@ -72,8 +73,21 @@ Expected<Timing> time_point_cuda(const Plan& pl, const RunConfig& cfg) {
   const AttentionProblem& p = pl.problem;
   const int64_t n_rows = int64_t{p.n_seqs} * p.kv_capacity * p.n_kv_heads;
   const size_t krow = row_size(p.k_type, p.head_dim.k), vrow = row_size(p.v_type, p.head_dim.v);
-  const size_t v_off = round_up(krow * size_t(n_rows), 4096);
-  const size_t copy_bytes = v_off + vrow * size_t(n_rows);
+  // Paged (page_size > 0): every sequence's pages spread over one pool in a shuffled order, as
+  // a serving engine's page table ends up after many requests; the pool is the K (V) region.
+  const int32_t pps =
+      p.page_size > 0 ? static_cast<int32_t>((p.kv_capacity + p.page_size - 1) / p.page_size) : 0;
+  const int64_t n_pages = int64_t{p.n_seqs} * pps;
+  const KvTensor k_layout = kv_tensor_paged(nullptr, p.k_type, p.head_dim.k, p.n_kv_heads,
+                                            p.page_size, n_pages, nullptr, pps);
+  const KvTensor v_layout = kv_tensor_paged(nullptr, p.v_type, p.head_dim.v, p.n_kv_heads,
+                                            p.page_size, n_pages, nullptr, pps);
+  const size_t k_bytes =
+      p.page_size > 0 ? size_t(n_pages * k_layout.stride_page) : krow * size_t(n_rows);
+  const size_t v_bytes =
+      p.page_size > 0 ? size_t(n_pages * v_layout.stride_page) : vrow * size_t(n_rows);
+  const size_t v_off = round_up(k_bytes, 4096);
+  const size_t copy_bytes = v_off + v_bytes;
   const size_t stride = round_up(copy_bytes, 4096);
   const int64_t copies = gpu_rotation_copies(static_cast<int64_t>(stride));
   const size_t n_q = size_t(p.n_seqs) * p.n_q_tokens * p.n_q_heads;
@@ -103,6 +117,12 @@ Expected<Timing> time_point_cuda(const Plan& pl, const RunConfig& cfg) {
   if (!ws) return fail("allocating the workspace", ws.error());
   Expected<gpu::DeviceBuffer> hold = gpu::DeviceBuffer::allocate(kLaunchCoverBytes);
   if (!hold) return fail("allocating the launch cover", hold.error());
+  std::vector<int32_t> table(static_cast<size_t>(n_pages));
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), std::mt19937_64(cfg.seed + 1));
+  Expected<gpu::DeviceBuffer> table_dev =
+      gpu::DeviceBuffer::allocate(std::max<size_t>(1, table.size() * sizeof(int32_t)));
+  if (!table_dev) return fail("allocating the page table", table_dev.error());
 
   // The CPU path's values: the same generator, in the same order (patterns, then q).
   std::mt19937_64 rng(cfg.seed);
@@ -113,8 +133,10 @@ Expected<Timing> time_point_cuda(const Plan& pl, const RunConfig& cfg) {
   auto* base = static_cast<uint8_t*>(kv->data());
   Status st = gpu::copy(base, pt.k.data(), pt.k.size(), stream);
   if (st) st = gpu::copy(base + v_off, pt.v.data(), pt.v.size(), stream);
-  if (st) st = replicate_on_device(base, pt.k.size(), krow * size_t(n_rows), stream);
-  if (st) st = replicate_on_device(base + v_off, pt.v.size(), vrow * size_t(n_rows), stream);
+  if (st) st = replicate_on_device(base, pt.k.size(), k_bytes, stream);
+  if (st) st = replicate_on_device(base + v_off, pt.v.size(), v_bytes, stream);
+  if (st && !table.empty())
+    st = gpu::copy(table_dev->data(), table.data(), table.size() * sizeof(int32_t), stream);
   if (st) st = replicate_on_device(base, stride, stride * size_t(copies), stream);
   if (st) st = gpu::copy(q_dev->data(), q.data(), q.size() * sizeof(float), stream);
   if (st) st = gpu::copy(lens_dev->data(), lens.data(), lens.size() * sizeof(int64_t), stream);
@@ -126,9 +148,17 @@ Expected<Timing> time_point_cuda(const Plan& pl, const RunConfig& cfg) {
     const uint8_t* kv_base = base + stride * size_t(it % copies);
     AttentionTensors t;
     t.q = static_cast<const float*>(q_dev->data());
-    t.k = kv_tensor_contiguous(kv_base, p.k_type, p.head_dim.k, p.n_kv_heads, p.kv_capacity);
-    t.v =
-        kv_tensor_contiguous(kv_base + v_off, p.v_type, p.head_dim.v, p.n_kv_heads, p.kv_capacity);
+    if (p.page_size > 0) {
+      const auto* pages = static_cast<const int32_t*>(table_dev->data());
+      t.k = kv_tensor_paged(kv_base, p.k_type, p.head_dim.k, p.n_kv_heads, p.page_size, n_pages,
+                            pages, pps);
+      t.v = kv_tensor_paged(kv_base + v_off, p.v_type, p.head_dim.v, p.n_kv_heads, p.page_size,
+                            n_pages, pages, pps);
+    } else {
+      t.k = kv_tensor_contiguous(kv_base, p.k_type, p.head_dim.k, p.n_kv_heads, p.kv_capacity);
+      t.v = kv_tensor_contiguous(kv_base + v_off, p.v_type, p.head_dim.v, p.n_kv_heads,
+                                 p.kv_capacity);
+    }
     t.kv_lens = static_cast<const int64_t*>(lens_dev->data());
     t.out = static_cast<float*>(out->data());
     auto enqueue = [&] { return run(pl, t, ws->data(), stream); };

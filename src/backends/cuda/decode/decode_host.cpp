@@ -93,12 +93,21 @@ void plan_decode(Plan& plan) {
 }
 
 // The tile copy unit for a tensor: 16 or 8 bytes when every row start is so aligned, else 4
-// (then the rows need only be 2-byte aligned and the data pointer 4-byte aligned).
-Expected<int32_t> copy_unit(const char* which, const KvTensor& kv, KvType type, int32_t row_bytes) {
+// (then the rows need only be 2-byte aligned and the data pointer 4-byte aligned). Paged tensors
+// also need pages that start at multiples of 16 bytes and, for 4-byte copies, page_size *
+// stride_token a multiple of 4 (the kernel finds a row's alignment from its token index alone).
+Expected<int32_t> copy_unit(const char* which, const KvTensor& kv, KvType type, int32_t row_bytes,
+                            int32_t page_size) {
   const auto addr = reinterpret_cast<uintptr_t>(kv.data);
+  const int64_t seq_stride = page_size > 0 ? 0 : kv.stride_seq;
+  if (page_size > 0 && kv.stride_page % 16 != 0)
+    return Error{ErrorCode::unsupported,
+                 fmt::format("cuda.decode reads paged tensors whose pages start at multiples of 16 "
+                             "bytes: tensors.{}.stride_page = {}",
+                             which, kv.stride_page)};
   const auto aligned = [&](int64_t a) {
     return addr % a == 0 && kv.stride_token % a == 0 && kv.stride_head % a == 0 &&
-           kv.stride_seq % a == 0 && row_bytes % a == 0;
+           seq_stride % a == 0 && row_bytes % a == 0;
   };
   if (aligned(16)) return 16;
   const bool is_float = traits(type).block_values == 1;
@@ -108,8 +117,13 @@ Expected<int32_t> copy_unit(const char* which, const KvTensor& kv, KvType type, 
                              "pointer and every stride must be multiples of 16 bytes",
                              which, to_string(type))};
   if (aligned(8)) return 8;
-  if (addr % 4 == 0 && kv.stride_token % 2 == 0 && kv.stride_head % 2 == 0 &&
-      kv.stride_seq % 2 == 0)
+  if (page_size > 0 && (int64_t{page_size} * kv.stride_token) % 4 != 0)
+    return Error{
+        ErrorCode::unsupported,
+        fmt::format("cuda.decode reads paged tensors of 2-byte aligned rows when page_size "
+                    "* stride_token is a multiple of 4: tensors.{}: {} * {}",
+                    which, page_size, kv.stride_token)};
+  if (addr % 4 == 0 && kv.stride_token % 2 == 0 && kv.stride_head % 2 == 0 && seq_stride % 2 == 0)
     return 4;
   return Error{ErrorCode::unsupported,
                fmt::format("cuda.decode needs tensors.{}.data 4-byte aligned and its strides even "
@@ -128,9 +142,9 @@ Status run_decode(const Plan& plan, const AttentionTensors& t, void* workspace, 
         fmt::format("cuda.decode needs a {} byte device workspace (plan.workspace_bytes)",
                     plan.workspace_bytes));
   const DecodeLayout l = decode_layout(p);
-  Expected<int32_t> ku = copy_unit("k", t.k, p.k_type, l.k_row_bytes);
+  Expected<int32_t> ku = copy_unit("k", t.k, p.k_type, l.k_row_bytes, p.page_size);
   if (!ku) return ku.error();
-  Expected<int32_t> vu = copy_unit("v", t.v, p.v_type, l.v_row_bytes);
+  Expected<int32_t> vu = copy_unit("v", t.v, p.v_type, l.v_row_bytes, p.page_size);
   if (!vu) return vu.error();
 
   DecodeParams d{};
@@ -150,6 +164,16 @@ Status run_decode(const Plan& plan, const AttentionTensors& t, void* workspace, 
   d.v_st = t.v.stride_token;
   d.v_sh = t.v.stride_head;
   d.v_ss = t.v.stride_seq;
+  if (p.page_size > 0) {
+    d.k_ss = d.v_ss = 0;
+    d.k_pages = t.k.page_table;
+    d.v_pages = t.v.page_table;
+    d.k_sp = t.k.stride_page;
+    d.v_sp = t.v.stride_page;
+    d.page_size = p.page_size;
+    d.k_pps = t.k.pages_per_seq;
+    d.v_pps = t.v.pages_per_seq;
+  }
   d.mask_stride = t.mask_stride;
   d.window = p.window;
   d.scale = p.effective_scale();

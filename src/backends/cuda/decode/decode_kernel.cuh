@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
   for (int i = 0; i < 16; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   float m_run[2] = {kNegInf, kNegInf}, l_run[2] = {0.0f, 0.0f};
 
-  const uint8_t* k_base = p.k + seq * p.k_ss + kvh * p.k_sh;
+  const uint8_t* k_base = p.k + seq * p.k_ss + kvh * p.k_sh;  // paged: k_ss = 0
   const uint8_t* v_base = p.v + seq * p.v_ss + kvh * p.v_sh;
 
   // Copies the K and V rows of keys key0 .. key0 + bk - 1 into stage `st`; rows past k_hi are
@@ -182,22 +182,49 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
     const int rows_valid = static_cast<int>(min(int64_t{p.bk}, k_hi - key0));  // >= 1
 #pragma unroll
     for (int which = 0; which < 2; ++which) {
-      const uint8_t* src0 = (which == 0 ? k_base : v_base) + key0 * (which == 0 ? p.k_st : p.v_st);
+      const uint8_t* base = which == 0 ? k_base : v_base;
       const int64_t stride = which == 0 ? p.k_st : p.v_st;
       const int row_bytes = which == 0 ? p.k_row_bytes : p.v_row_bytes;
       const int unit = which == 0 ? p.k_unit : p.v_unit;
       const int sstride = which == 0 ? p.sk_stride : p.sv_stride;
       uint8_t* dst0 = which == 0 ? ks : ks + k_tile_bytes;
-      if (unit == 16) {
-        copy_rows<16>(src0, stride, rows_valid, p.bk, row_bytes, dst0, sstride, tid);
-      } else if (unit == 8) {
-        copy_rows<8>(src0, stride, rows_valid, p.bk, row_bytes, dst0, sstride, tid);
-      } else {
-        copy_rows<4>(src0, stride, rows_valid, p.bk, row_bytes, dst0, sstride, tid);
-      }
+      // Contiguous: the whole tile is one run of rows `stride` apart. Paged: one run per page
+      // the tile touches (its rows are `stride` apart inside the page), the page found in the
+      // sequence's table (keys < 2^32: 32-bit division).
+      int seg = 0;
+      do {
+        const uint8_t* src0;
+        int seg_rows;
+        if (p.page_size > 0) {
+          const auto key = static_cast<uint32_t>(key0 + seg);
+          const auto ups = static_cast<uint32_t>(p.page_size);
+          const uint32_t page = key / ups, in_page = key - page * ups;
+          const int32_t* table = which == 0 ? p.k_pages + int64_t{blockIdx.z} * p.k_pps
+                                            : p.v_pages + int64_t{blockIdx.z} * p.v_pps;
+          // Rows past the end (zero-filled) need no page: the last valid page serves them.
+          const int32_t slot = seg < rows_valid ? table[page] : 0;
+          src0 = base + int64_t{slot} * (which == 0 ? p.k_sp : p.v_sp) + int64_t{in_page} * stride;
+          seg_rows = min(p.bk - seg, static_cast<int>(ups - in_page));
+        } else {
+          src0 = base + key0 * stride;
+          seg_rows = p.bk;
+        }
+        uint8_t* dst = dst0 + seg * sstride;
+        const int valid = max(0, rows_valid - seg);
+        if (unit == 16) {
+          copy_rows<16>(src0, stride, valid, seg_rows, row_bytes, dst, sstride, tid);
+        } else if (unit == 8) {
+          copy_rows<8>(src0, stride, valid, seg_rows, row_bytes, dst, sstride, tid);
+        } else {
+          copy_rows<4>(src0, stride, valid, seg_rows, row_bytes, dst, sstride, tid);
+        }
+        seg += seg_rows;
+      } while (seg < p.bk);
     }
   };
   // Byte offset of a row's data inside its slot (nonzero only for the 4-byte copy).
+  // (Paged rows too: pages start 16-byte aligned and page_size * stride is a multiple of 4, as
+  // run_decode checks, so a row's address & 3 is the same as at base + key * stride.)
   auto row_offset = [&](const uint8_t* base, int64_t stride, int unit, int64_t key) -> int {
     if (unit != 4) return 0;
     return static_cast<int>(reinterpret_cast<uintptr_t>(base + key * stride) & 3);

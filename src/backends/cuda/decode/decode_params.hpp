@@ -27,6 +27,12 @@ struct DecodeParams {
 
   int64_t k_st, k_sh, k_ss;  // K strides in bytes: token, head, sequence
   int64_t v_st, v_sh, v_ss;
+  // Paged K/V (page_size > 0): row (seq, token, head) at k + k_pages[seq * k_pps + token /
+  // page_size] * k_sp + (token % page_size) * k_st + head * k_sh (k_ss = 0).
+  const int32_t* k_pages;
+  const int32_t* v_pages;
+  int64_t k_sp, v_sp;
+  int32_t page_size, k_pps, v_pps;
   int64_t mask_stride;
   int64_t window;
   float scale;
