@@ -67,6 +67,9 @@ class Stream {
 // fills on `stream`; call Stream::synchronize() (or pass a null stream and they complete
 // before returning) before the host reads or frees the memory.
 Status copy(void* dst, const void* src, size_t bytes, void* stream = nullptr);
+// Waits for everything enqueued on `stream` (a raw cudaStream_t; nullptr: the legacy default
+// stream).
+Status synchronize(void* stream);
 Status fill(void* dst, int byte_value, size_t bytes, void* stream = nullptr);
 
 // kvflash::quantize_rows on the device: n_rows rows of n_values floats at `src` (device memory,

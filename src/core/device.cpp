@@ -150,6 +150,15 @@ Status copy(void* dst, const void* src, size_t bytes, void* stream) {
 #endif
 }
 
+Status synchronize(void* stream) {
+#if defined(KVFLASH_HAS_CUDA)
+  return cuda::synchronize_stream(stream);
+#else
+  (void)stream;
+  return no_cuda("gpu::synchronize");
+#endif
+}
+
 Status fill(void* dst, int byte_value, size_t bytes, void* stream) {
 #if defined(KVFLASH_HAS_CUDA)
   return cuda::fill(dst, byte_value, bytes, stream);

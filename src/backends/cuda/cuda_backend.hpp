@@ -9,6 +9,7 @@
 
 #include "kvflash/device.hpp"
 #include "kvflash/formats.hpp"
+#include "kvflash/problem.hpp"
 #include "kvflash/registry.hpp"
 #include "kvflash/status.hpp"
 
@@ -59,6 +60,16 @@ Status last_error();
 // kvflash::quantize_rows on the device (quantize.cu): src and dst device memory, on `stream`.
 Status quantize_rows(KvType t, const float* src, int64_t n_rows, int64_t n, void* dst,
                      void* stream);
+// The rows (n_seqs, n_new, n_heads) of n_values floats at `src` quantized into a cache tensor at
+// tokens lens[seq] - n_new .. lens[seq] - 1 (lens read on the device). flags: n_seqs + 1 int32,
+// [0] raised on overflow, [1 + s] sequence s full; nothing is written for a full sequence or a
+// token outside 0 .. capacity - 1 (quantize.cu).
+Status append_rows(KvType t, const float* src, int32_t n_seqs, int32_t n_new, int32_t n_heads,
+                   int32_t n_values, const KvTensor& kv, int32_t page_size, int64_t capacity,
+                   const int64_t* lens, int32_t* flags, void* stream);
+// lens[s] += n_new on the device where it fits the capacity, else sequence s is marked full.
+Status advance_lengths(int64_t* lens, int32_t n_seqs, int32_t n_new, int64_t capacity,
+                       int32_t* flags, void* stream);
 // cudaMemGetInfo of the current device.
 Expected<gpu::MemoryInfo> memory_info();
 

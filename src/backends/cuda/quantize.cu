@@ -18,6 +18,7 @@
 #include "backends/cuda/cuda_backend.hpp"
 #include "kvflash/blocks.hpp"
 #include "kvflash/formats.hpp"
+#include "kvflash/problem.hpp"
 #include "kvflash/turbo.hpp"
 
 namespace kvflash::cuda {
@@ -51,17 +52,20 @@ constexpr uint16_t kFp16MaxBits = 0x7BFFu;
 
 // ---- f32 / f16 / bf16 ----------------------------------------------------------------------
 
-template <KvType T>
-__global__ void quantize_plain(const float* src, int64_t n_rows, int64_t n, uint8_t* dst) {
+template <KvType T, typename Dst>
+__global__ void quantize_plain(const float* src, int64_t n_rows, int64_t n, Dst dst) {
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i >= n_rows * n) return;
+  const int64_t row = i / n, col = i - row * n;
+  uint8_t* out = dst.row(row);
+  if (out == nullptr) return;
   const float x = src[i];
   if constexpr (T == KvType::f32) {
-    reinterpret_cast<float*>(dst)[i] = x;
+    reinterpret_cast<float*>(out)[col] = x;
   } else if constexpr (T == KvType::f16) {
-    reinterpret_cast<uint16_t*>(dst)[i] = to_fp16_bits(x);
+    reinterpret_cast<uint16_t*>(out)[col] = to_fp16_bits(x);
   } else {
-    reinterpret_cast<uint16_t*>(dst)[i] = to_bf16_bits(x);
+    reinterpret_cast<uint16_t*>(out)[col] = to_bf16_bits(x);
   }
 }
 
@@ -122,8 +126,8 @@ __device__ void block_q4_0(const float* x, uint8_t* out) {
 }
 
 // One thread per block; a row's last block zero-padded when n is not a multiple of 32.
-template <KvType T>
-__global__ void quantize_blocks(const float* src, int64_t n_rows, int64_t n, uint8_t* dst) {
+template <KvType T, typename Dst>
+__global__ void quantize_blocks(const float* src, int64_t n_rows, int64_t n, Dst dst) {
   const int64_t per_row = (n + 31) / 32;
   const int64_t b = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (b >= n_rows * per_row) return;
@@ -134,7 +138,9 @@ __global__ void quantize_blocks(const float* src, int64_t n_rows, int64_t n, uin
   float buf[32];
 #pragma unroll
   for (int j = 0; j < 32; ++j) buf[j] = j < valid ? x[j] : 0.0f;
-  uint8_t* out = dst + (row * per_row + blk) * kBytes;
+  uint8_t* const row_out = dst.row(row);
+  if (row_out == nullptr) return;
+  uint8_t* out = row_out + blk * kBytes;
   if constexpr (T == KvType::q8_0) {
     block_q8_0(buf, out);
   } else {
@@ -154,8 +160,8 @@ struct TurboTables {
 constexpr int kG = kTurboGroup;
 
 // One warp per 128-value group; lane L holds values L, L + 32, L + 64, L + 96 (slot s: L + 32s).
-template <KvType T>
-__global__ void quantize_turbo(const float* src, int64_t n_rows, int64_t n, uint8_t* dst,
+template <KvType T, typename Dst>
+__global__ void quantize_turbo(const float* src, int64_t n_rows, int64_t n, Dst dst,
                                const TurboTables tt) {
   constexpr int kBytes = T == KvType::turbo2 ? 34 : T == KvType::turbo3 ? 50 : 66;
   __shared__ float cv_s[4][kG];
@@ -166,6 +172,8 @@ __global__ void quantize_turbo(const float* src, int64_t n_rows, int64_t n, uint
   const int64_t grp = int64_t{blockIdx.x} * 4 + w;
   if (grp >= n_rows * groups_per_row) return;
   const int64_t row = grp / groups_per_row, g = grp % groups_per_row;
+  uint8_t* const row_out = dst.row(row);
+  if (row_out == nullptr) return;  // the whole warp: one group, one row
   const float* x = src + row * n + g * kG;
   const int64_t valid = min(int64_t{kG}, n - g * kG);  // the last group is zero-padded
   float v[4];
@@ -176,7 +184,7 @@ __global__ void quantize_turbo(const float* src, int64_t n_rows, int64_t n, uint
     cv_s[w][i] = v[s];
   }
   __syncwarp();
-  uint8_t* out = dst + (row * groups_per_row + g) * kBytes;
+  uint8_t* out = row_out + g * kBytes;
   // Sum of squares in double, i = 0 .. 127 in order (one lane: the host's rounding sequence).
   if (lane == 0) {
     double ss = 0.0;
@@ -291,15 +299,41 @@ unsigned int blocks_for(int64_t items, int per_block) {
   return static_cast<unsigned int>((items + per_block - 1) / per_block);
 }
 
-}  // namespace
+// Rows one after another at `dst` (gpu::quantize_rows).
+struct LinearRows {
+  uint8_t* dst;
+  int64_t row_bytes;
+  __device__ uint8_t* row(int64_t r) const { return dst + r * row_bytes; }
+};
 
-Status quantize_rows(KvType t, const float* src, int64_t n_rows, int64_t n, void* dst,
-                     void* stream) {
-  if (n_rows < 0 || n < 0)
-    return invalid_argument("gpu::quantize_rows: n_rows and n_values must not be negative");
-  if (n_rows == 0 || n == 0) return {};
-  auto* out = static_cast<uint8_t*>(dst);
-  const auto s = static_cast<cudaStream_t>(stream);
+// Row r = (seq, i, head) of an append (n_new tokens per sequence) lands at token
+// lens[seq] - n_new + i of a cache tensor, contiguous or paged. Nothing is written for a
+// sequence marked full (flags[1 + seq], by advance_lengths) or for a token outside 0 ..
+// capacity - 1 (then flags[0] is raised).
+struct CacheRows {
+  uint8_t* data;
+  KvTensor kv;
+  int32_t page_size;
+  int32_t n_new, n_heads;
+  int64_t capacity;
+  const int64_t* lens;
+  int32_t* flags;
+  __device__ uint8_t* row(int64_t r) const {
+    const int64_t head = r % n_heads, i = (r / n_heads) % n_new;
+    const int64_t seq = r / (int64_t{n_heads} * n_new);
+    if (flags[1 + seq] != 0) return nullptr;
+    const int64_t token = lens[seq] - n_new + i;
+    if (token < 0 || token >= capacity) {
+      flags[0] = 1;
+      return nullptr;
+    }
+    return data + kv_row_offset(kv, page_size, seq, token, head);
+  }
+};
+
+template <typename Dst>
+Status launch_quantize(KvType t, const float* src, int64_t n_rows, int64_t n, Dst out,
+                       cudaStream_t s, const char* what) {
   switch (t) {
     case KvType::f32:
       quantize_plain<KvType::f32><<<blocks_for(n_rows * n, 256), 256, 0, s>>>(src, n_rows, n, out);
@@ -337,7 +371,66 @@ Status quantize_rows(KvType t, const float* src, int64_t n_rows, int64_t n, void
   }
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
     return Error{ErrorCode::backend_error,
-                 std::string("gpu::quantize_rows: launching the kernel: ") + cudaGetErrorString(e)};
+                 std::string(what) + ": launching the kernel: " + cudaGetErrorString(e)};
+  return {};
+}
+
+// lens[s] += n_new for every sequence where that fits the capacity; where it does not, the
+// length stays, the sequence is marked full (flags[1 + s], sticky) and flags[0] is raised.
+__global__ void advance_lengths_kernel(int64_t* lens, int32_t n_seqs, int32_t n_new,
+                                       int64_t capacity, int32_t* flags) {
+  const int s = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (s >= n_seqs) return;
+  if (flags[1 + s] != 0) return;
+  const int64_t next = lens[s] + n_new;
+  if (next > capacity) {
+    flags[1 + s] = 1;
+    flags[0] = 1;
+    return;
+  }
+  lens[s] = next;
+}
+
+}  // namespace
+
+Status quantize_rows(KvType t, const float* src, int64_t n_rows, int64_t n, void* dst,
+                     void* stream) {
+  if (n_rows < 0 || n < 0)
+    return invalid_argument("gpu::quantize_rows: n_rows and n_values must not be negative");
+  if (n_rows == 0 || n == 0) return {};
+  const LinearRows out{static_cast<uint8_t*>(dst), static_cast<int64_t>(row_size(t, n))};
+  return launch_quantize(t, src, n_rows, n, out, static_cast<cudaStream_t>(stream),
+                         "gpu::quantize_rows");
+}
+
+Status append_rows(KvType t, const float* src, int32_t n_seqs, int32_t n_new, int32_t n_heads,
+                   int32_t n_values, const KvTensor& kv, int32_t page_size, int64_t capacity,
+                   const int64_t* lens, int32_t* flags, void* stream) {
+  if (n_seqs < 0 || n_new < 0 || n_heads < 0 || n_values < 0)
+    return invalid_argument("append_rows: counts must not be negative");
+  const int64_t n_rows = int64_t{n_seqs} * n_new * n_heads;
+  if (n_rows == 0 || n_values == 0) return {};
+  const CacheRows out{static_cast<uint8_t*>(const_cast<void*>(kv.data)),
+                      kv,
+                      page_size,
+                      n_new,
+                      n_heads,
+                      capacity,
+                      lens,
+                      flags};
+  return launch_quantize(t, src, n_rows, n_values, out, static_cast<cudaStream_t>(stream),
+                         "gpu::KvCache::append");
+}
+
+Status advance_lengths(int64_t* lens, int32_t n_seqs, int32_t n_new, int64_t capacity,
+                       int32_t* flags, void* stream) {
+  if (n_seqs <= 0) return {};
+  advance_lengths_kernel<<<blocks_for(n_seqs, 128), 128, 0, static_cast<cudaStream_t>(stream)>>>(
+      lens, n_seqs, n_new, capacity, flags);
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+    return Error{
+        ErrorCode::backend_error,
+        std::string("gpu::KvCache::begin_step: launching the kernel: ") + cudaGetErrorString(e)};
   return {};
 }
 

@@ -1,0 +1,326 @@
+// gpu::KvCache: appends land at the device-side lengths with the host's bytes (every layer's own
+// K and V types; contiguous and paged with shuffled page tables of several page sizes), eagerly
+// and from a captured graph replayed with new inputs; a step that does not fit marks the
+// sequence full and writes nothing; cuda.decode over the cache matches the float64 reference,
+// eagerly and replayed from a graph, and over a paged cache (shuffled pages; page sizes 16, 7
+// and 1) gives the contiguous cache's output bit for bit, as the reference does.
+#include "kvflash/kv_cache.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.hpp"
+#include "kvflash/formats.hpp"
+#include "kvflash/reference.hpp"
+
+namespace kvflash::gputest {
+namespace {
+
+constexpr double kNmseBound = 1e-5;
+
+std::vector<float> gaussian(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (float& v : x) v = g(rng);
+  return x;
+}
+
+// A shuffled page table: every sequence's pages spread over the whole pool.
+std::vector<int32_t> shuffled_table(const gpu::KvCache& c, uint64_t seed) {
+  std::vector<int32_t> t(size_t(c.config().n_seqs) * size_t(c.pages_per_seq()));
+  std::iota(t.begin(), t.end(), 0);
+  std::mt19937_64 rng(seed);
+  std::shuffle(t.begin(), t.end(), rng);
+  return t;
+}
+
+// Host picture of one cache tensor: its bytes and a host page table.
+struct HostTensor {
+  std::vector<uint8_t> bytes;
+  KvTensor kv;
+};
+Expected<HostTensor> read_tensor(const gpu::KvCache& c, const KvTensor& dev,
+                                 const std::vector<int32_t>& table, void* stream) {
+  const gpu::KvCacheConfig& cfg = c.config();
+  HostTensor h;
+  h.kv = dev;
+  const size_t n = cfg.page_size > 0 ? size_t(cfg.n_pages * dev.stride_page)
+                                     : size_t(dev.stride_seq * cfg.n_seqs);
+  h.bytes.resize(n);
+  if (Status s = gpu::copy(h.bytes.data(), dev.data, n, stream); !s) return s.error();
+  if (Status s = gpu::synchronize(stream); !s) return s.error();
+  h.kv.data = h.bytes.data();
+  h.kv.page_table = table.data();
+  return h;
+}
+
+struct Layout {
+  const char* name;
+  int32_t page_size;
+};
+constexpr Layout kLayouts[] = {{"contiguous", 0}, {"paged16", 16}, {"paged7", 7}, {"paged1", 1}};
+
+TEST(GpuKvCache, AppendsLandAtTheDeviceLengthsWithTheHostBytes) {
+  KVFLASH_REQUIRE_GPU();
+  gpu::Stream stream;
+  KVFLASH_ASSIGN_OR_FAIL(stream, gpu::Stream::create());
+  void* const s = stream.handle();
+  for (const Layout& layout : kLayouts) {
+    SCOPED_TRACE(layout.name);
+    gpu::KvCacheConfig cfg;
+    cfg.n_seqs = 2;
+    cfg.n_kv_heads = 2;
+    cfg.head_dim = {128, 128};
+    cfg.layers = {{KvType::q4_0, KvType::q8_0},
+                  {KvType::turbo3, KvType::f16},
+                  {KvType::bf16, KvType::turbo4}};
+    cfg.capacity = 40;
+    cfg.page_size = layout.page_size;
+    gpu::KvCache cache;
+    KVFLASH_ASSIGN_OR_FAIL(cache, gpu::KvCache::create(cfg, s));
+    std::vector<int32_t> table;
+    if (layout.page_size > 0) {
+      table = shuffled_table(cache, 99);
+      KVFLASH_ASSERT_OK(cache.set_page_table(table, s));
+    }
+    const int32_t H = cfg.n_kv_heads, D = 128, L = cache.n_layers();
+    const int32_t max_new = 3;
+    const size_t per_layer = size_t(cfg.n_seqs) * max_new * H * D;  // floats of K (or V)
+    gpu::DeviceBuffer src;
+    KVFLASH_ASSIGN_OR_FAIL(src, gpu::DeviceBuffer::allocate(2 * L * per_layer * sizeof(float)));
+    auto k_src = [&](int l) { return static_cast<const float*>(src.data()) + 2 * l * per_layer; };
+    auto v_src = [&](int l) { return k_src(l) + per_layer; };
+
+    // What every (layer, K or V, seq, token) row should hold: the f32 row last appended there.
+    std::vector<std::vector<float>> expect(size_t(L) * 2 * cfg.n_seqs * cfg.capacity);
+    std::vector<int64_t> lens = {5, 0};
+    KVFLASH_ASSERT_OK(cache.set_lengths(lens, s));
+    uint64_t seed = 1;
+    auto upload = [&]() -> std::vector<float> {
+      std::vector<float> x = gaussian(2 * L * per_layer, seed++);
+      EXPECT_TRUE(gpu::copy(src.data(), x.data(), x.size() * sizeof(float), s).ok());
+      EXPECT_TRUE(gpu::synchronize(s).ok());
+      return x;
+    };
+    auto record = [&](const std::vector<float>& x, int32_t n_new) {
+      for (int l = 0; l < L; ++l)
+        for (int kv = 0; kv < 2; ++kv)
+          for (int32_t seq = 0; seq < cfg.n_seqs; ++seq) {
+            if (lens[size_t(seq)] + n_new > cfg.capacity) continue;  // full: nothing written
+            for (int32_t i = 0; i < n_new; ++i) {
+              const int64_t tok = lens[size_t(seq)] + i;
+              std::vector<float>& row =
+                  expect[((size_t(l) * 2 + kv) * cfg.n_seqs + seq) * cfg.capacity + tok];
+              const float* from = x.data() + 2 * l * per_layer + kv * per_layer +
+                                  ((size_t(seq) * n_new + i) * H) * D;
+              row.assign(from, from + size_t(H) * D);
+            }
+          }
+      for (int64_t& len : lens)
+        if (len + n_new <= cfg.capacity) len += n_new;
+    };
+    auto step = [&](int32_t n_new) -> Status {
+      if (Status st = cache.begin_step(n_new, s); !st) return st;
+      for (int l = 0; l < L; ++l)
+        if (Status st = cache.append(l, k_src(l), v_src(l), n_new, s); !st) return st;
+      return {};
+    };
+
+    // Eager: 3 tokens.
+    std::vector<float> x = upload();
+    KVFLASH_ASSERT_OK(step(3));
+    record(x, 3);
+    // Captured once (2 tokens), replayed four times with new inputs.
+    gpu::Graph graph;
+    KVFLASH_ASSIGN_OR_FAIL(graph, gpu::Graph::capture(s, [&] { return step(2); }));
+    for (int r = 0; r < 4; ++r) {
+      x = upload();
+      KVFLASH_ASSERT_OK(graph.launch(s));
+      record(x, 2);
+    }
+    // Sequence 0 cannot take 3 more at 38: it is marked full and keeps its rows.
+    KVFLASH_ASSERT_OK(gpu::synchronize(s));
+    lens = {38, 13};
+    KVFLASH_ASSERT_OK(cache.set_lengths(lens, s));
+    x = upload();
+    KVFLASH_ASSERT_OK(step(3));
+    record(x, 3);
+    std::vector<int32_t> full;
+    KVFLASH_ASSIGN_OR_FAIL(full, cache.full_sequences(s));
+    EXPECT_EQ(full, std::vector<int32_t>{0});
+    std::vector<int64_t> dev_lens(2);
+    KVFLASH_ASSERT_OK(gpu::copy(dev_lens.data(), cache.lengths(), 16, s));
+    KVFLASH_ASSERT_OK(gpu::synchronize(s));
+    EXPECT_EQ(dev_lens, lens);
+    KVFLASH_ASSERT_OK(gpu::last_error());
+
+    size_t checked = 0;
+    for (int l = 0; l < L; ++l)
+      for (int kv = 0; kv < 2; ++kv) {
+        const KvType t = kv == 0 ? cfg.layers[size_t(l)].k : cfg.layers[size_t(l)].v;
+        HostTensor h;
+        KVFLASH_ASSIGN_OR_FAIL(h, read_tensor(cache, kv == 0 ? cache.k(l) : cache.v(l), table, s));
+        const size_t row = row_size(t, D);
+        std::vector<uint8_t> want(row * size_t(H));
+        for (int32_t seq = 0; seq < cfg.n_seqs; ++seq)
+          for (int64_t tok = 0; tok < cfg.capacity; ++tok) {
+            const std::vector<float>& f =
+                expect[((size_t(l) * 2 + kv) * cfg.n_seqs + seq) * cfg.capacity + tok];
+            if (f.empty()) continue;
+            quantize_rows(t, f.data(), H, D, want.data());
+            for (int32_t hd = 0; hd < H; ++hd) {
+              const uint8_t* got =
+                  h.bytes.data() + kv_row_offset(h.kv, cfg.page_size, seq, tok, hd);
+              ASSERT_EQ(std::memcmp(got, want.data() + hd * row, row), 0)
+                  << "layer " << l << (kv ? " V" : " K") << " (" << to_string(t) << ") seq " << seq
+                  << " token " << tok << " head " << hd;
+              ++checked;
+            }
+          }
+      }
+    EXPECT_GT(checked, 0u);
+  }
+}
+
+TEST(GpuKvCache, AttentionOverContiguousAndPagedCachesMatchesEagerAndReplayed) {
+  KVFLASH_REQUIRE_GPU();
+  gpu::Stream stream;
+  KVFLASH_ASSIGN_OR_FAIL(stream, gpu::Stream::create());
+  void* const s = stream.handle();
+  const int64_t len = quick_len(3000);
+  struct Pair {
+    KvType k, v;
+    int32_t kv_heads;
+  };
+  // turbo3 with one KV head: 50-byte rows, tokens padded to 52 bytes apart in pages.
+  for (const Pair& pair : {Pair{KvType::q4_0, KvType::q4_0, 2}, Pair{KvType::f16, KvType::f16, 2},
+                           Pair{KvType::turbo3, KvType::q8_0, 1}}) {
+    gpu::KvCacheConfig cfg;
+    cfg.n_seqs = 2;
+    cfg.n_kv_heads = pair.kv_heads;
+    cfg.head_dim = {128, 128};
+    cfg.layers = {{pair.k, pair.v}};
+    cfg.capacity = len + 5;
+    const size_t n_rows = size_t(cfg.n_seqs) * size_t(len) * cfg.n_kv_heads;
+    const std::vector<float> kf = gaussian(n_rows * 128, 7), vf = gaussian(n_rows * 128, 8);
+    gpu::DeviceBuffer kd, vd;
+    KVFLASH_ASSIGN_OR_FAIL(kd, gpu::DeviceBuffer::allocate(kf.size() * sizeof(float)));
+    KVFLASH_ASSIGN_OR_FAIL(vd, gpu::DeviceBuffer::allocate(vf.size() * sizeof(float)));
+    KVFLASH_ASSERT_OK(gpu::copy(kd.data(), kf.data(), kf.size() * sizeof(float), s));
+    KVFLASH_ASSERT_OK(gpu::copy(vd.data(), vf.data(), vf.size() * sizeof(float), s));
+    const int32_t n_q_heads = 8, n_q_tokens = 2;
+    const std::vector<float> q = gaussian(size_t(cfg.n_seqs) * n_q_tokens * n_q_heads * 128, 9);
+    gpu::DeviceBuffer qd;
+    KVFLASH_ASSIGN_OR_FAIL(qd, gpu::DeviceBuffer::allocate(q.size() * sizeof(float)));
+    KVFLASH_ASSERT_OK(gpu::copy(qd.data(), q.data(), q.size() * sizeof(float), s));
+    const std::vector<int64_t> lens = {len, len};
+
+    std::vector<double> contiguous_ref;
+    std::vector<float> contiguous_out;
+    for (const Layout& layout : kLayouts) {
+      SCOPED_TRACE(std::string(to_string(pair.k)) + "/" + std::string(to_string(pair.v)) + " " +
+                   layout.name);
+      cfg.page_size = layout.page_size;
+      gpu::KvCache cache;
+      KVFLASH_ASSIGN_OR_FAIL(cache, gpu::KvCache::create(cfg, s));
+      std::vector<int32_t> table;
+      if (layout.page_size > 0) {
+        table = shuffled_table(cache, 5);
+        KVFLASH_ASSERT_OK(cache.set_page_table(table, s));
+      }
+      // One step of `len` tokens fills both sequences.
+      KVFLASH_ASSERT_OK(cache.begin_step(static_cast<int32_t>(len), s));
+      KVFLASH_ASSERT_OK(cache.append(0, static_cast<const float*>(kd.data()),
+                                     static_cast<const float*>(vd.data()),
+                                     static_cast<int32_t>(len), s));
+      const AttentionProblem p = cache.problem(0, n_q_heads, n_q_tokens);
+      // The float64 reference over the cache's own bytes, in its own layout: a paged cache must
+      // give exactly the contiguous cache's result.
+      HostTensor hk, hv;
+      KVFLASH_ASSIGN_OR_FAIL(hk, read_tensor(cache, cache.k(0), table, s));
+      KVFLASH_ASSIGN_OR_FAIL(hv, read_tensor(cache, cache.v(0), table, s));
+      AttentionTensors host;
+      host.q = q.data();
+      host.k = hk.kv;
+      host.v = hv.kv;
+      host.kv_lens = lens.data();
+      std::vector<float> host_out(q.size());
+      std::vector<float> host_lse(size_t(cfg.n_seqs) * n_q_tokens * n_q_heads);
+      host.out = host_out.data();
+      host.lse = host_lse.data();
+      std::vector<double> ref_out(q.size());
+      KVFLASH_ASSERT_OK(reference_attention(p, host, ref_out.data()));
+      if (layout.page_size > 0)
+        EXPECT_EQ(ref_out, contiguous_ref);
+      else
+        contiguous_ref = ref_out;
+
+      const Expected<Plan> pl = plan_cuda(p);
+      ASSERT_TRUE(pl.ok()) << pl.error().message;
+      DeviceOutputs o;
+      KVFLASH_ASSIGN_OR_FAIL(o, allocate_outputs(*pl, s));
+      KVFLASH_ASSERT_OK(o.poison(s));
+      const AttentionTensors t =
+          with_outputs(cache.tensors(0, static_cast<const float*>(qd.data()), nullptr), o);
+      KVFLASH_ASSERT_OK(run(*pl, t, o.workspace.data(), s));
+      HostOutputs got;
+      KVFLASH_ASSIGN_OR_FAIL(got, read_outputs(o, stream));
+      KVFLASH_ASSERT_OK(gpu::last_error());
+      std::string guards;
+      KVFLASH_ASSIGN_OR_FAIL(guards, o.check_guards(stream));
+      EXPECT_EQ(guards, "");
+      Reference ref;
+      ref.out = ref_out;
+      ref.lse = host_lse;
+      const Comparison cmp = compare(p, got, ref);
+      EXPECT_EQ(cmp.non_finite, 0) << cmp.summary();
+      EXPECT_EQ(cmp.lse_bad, 0) << cmp.summary();
+      EXPECT_LE(cmp.nmse, kNmseBound) << cmp.summary();
+      // Same plan, same tiles: a paged cache gives the contiguous cache's output bit for bit.
+      if (layout.page_size == 0) {
+        contiguous_out = got.out;
+      } else {
+        ASSERT_EQ(got.out.size(), contiguous_out.size());
+        EXPECT_EQ(std::memcmp(got.out.data(), contiguous_out.data(), got.out.size() * 4), 0)
+            << "paged output differs from the contiguous one";
+      }
+
+      // The same call captured (global mode: no allocation, no synchronization) and replayed.
+      KVFLASH_ASSERT_OK(o.poison(s));
+      gpu::Graph graph;
+      KVFLASH_ASSIGN_OR_FAIL(
+          graph, gpu::Graph::capture(s, [&] { return run(*pl, t, o.workspace.data(), s); }));
+      KVFLASH_ASSERT_OK(graph.launch(s));
+      HostOutputs replayed;
+      KVFLASH_ASSIGN_OR_FAIL(replayed, read_outputs(o, stream));
+      EXPECT_EQ(std::memcmp(replayed.out.data(), got.out.data(), got.out.size() * 4), 0)
+          << "graph replay differs from the eager run";
+    }
+  }
+}
+
+TEST(GpuKvCache, ConfigErrorsNameTheField) {
+  gpu::KvCacheConfig cfg;
+  cfg.layers = {{KvType::q8_0, KvType::q8_0}};
+  cfg.capacity = 0;
+  const Expected<gpu::KvCacheBytes> b = gpu::kv_cache_bytes(cfg);
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.error().message.find("KvCacheConfig.capacity = 0"), std::string::npos);
+  cfg.capacity = 1000;
+  cfg.page_size = 16;
+  const Expected<gpu::KvCacheBytes> ok = gpu::kv_cache_bytes(cfg);
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  // 63 pages of 16 tokens x 8 heads x 136-byte q8_0 rows, for K and for V (pages 16-aligned).
+  EXPECT_EQ(ok->rows, size_t(2) * 63 * 16 * 8 * 136);
+  EXPECT_EQ(ok->padding, 0u);
+}
+
+}  // namespace
+}  // namespace kvflash::gputest
