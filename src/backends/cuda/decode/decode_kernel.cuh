@@ -190,21 +190,29 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
       uint8_t* dst0 = which == 0 ? ks : ks + k_tile_bytes;
       // Contiguous: the whole tile is one run of rows `stride` apart. Paged: one run per page
       // the tile touches (its rows are `stride` apart inside the page), the page found in the
-      // sequence's table (keys < 2^32: 32-bit division).
+      // sequence's table; one division per tile (keys < 2^32: 32 bits), later pages start at
+      // their first token.
+      const auto ups = static_cast<uint32_t>(p.page_size);
+      uint32_t page = 0, in_page = 0;
+      const int32_t* table = nullptr;
+      if (p.page_size > 0) {
+        const auto key = static_cast<uint32_t>(key0);
+        page = key / ups;
+        in_page = key - page * ups;
+        table = which == 0 ? p.k_pages + int64_t{blockIdx.z} * p.k_pps
+                           : p.v_pages + int64_t{blockIdx.z} * p.v_pps;
+      }
       int seg = 0;
       do {
         const uint8_t* src0;
         int seg_rows;
         if (p.page_size > 0) {
-          const auto key = static_cast<uint32_t>(key0 + seg);
-          const auto ups = static_cast<uint32_t>(p.page_size);
-          const uint32_t page = key / ups, in_page = key - page * ups;
-          const int32_t* table = which == 0 ? p.k_pages + int64_t{blockIdx.z} * p.k_pps
-                                            : p.v_pages + int64_t{blockIdx.z} * p.v_pps;
-          // Rows past the end (zero-filled) need no page: the last valid page serves them.
+          // Rows past the end (zero-filled) need no page.
           const int32_t slot = seg < rows_valid ? table[page] : 0;
           src0 = base + int64_t{slot} * (which == 0 ? p.k_sp : p.v_sp) + int64_t{in_page} * stride;
           seg_rows = min(p.bk - seg, static_cast<int>(ups - in_page));
+          ++page;
+          in_page = 0;
         } else {
           src0 = base + key0 * stride;
           seg_rows = p.bk;

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# A/B of two versions of the CUDA code on one GPU, in one run: A is this working tree, B the same
+# tree with a patch applied (or reverse-applied with -R). Both kvflash-bench binaries are built,
+# then run in turns (ROUNDS times each, alternating) with the same flags; ab.md lists each row's
+# median over the rounds of the per-run medians, A against B.
+#   scripts/ab_gpu.sh OUTDIR PATCH [-R] ROUNDS -- kvflash-bench flags...
+set -uo pipefail
+out=${1:?usage: scripts/ab_gpu.sh OUTDIR PATCH [-R] ROUNDS -- BENCH FLAGS}
+patch=${2:?patch file}
+shift 2
+reverse=()
+if [ "${1:-}" = "-R" ]; then reverse=(-R); shift; fi
+rounds=${1:?rounds}
+shift
+[ "${1:-}" = "--" ] && shift
+mkdir -p "$out"
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+prefix_args=()
+if [ ! -f /usr/include/fmt/format.h ] && ls .debs/*.deb >/dev/null 2>&1; then
+  deps=/tmp/kvflash-deps
+  for d in .debs/*.deb; do dpkg -x "$d" "$deps"; done
+  prefix_args=(-DCMAKE_PREFIX_PATH="$deps/usr")
+  export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+rm -rf /tmp/ab-b && mkdir -p /tmp/ab-b && tar cf - --exclude=./build --exclude=./.git . | tar xf - -C /tmp/ab-b
+(cd /tmp/ab-b && patch -p1 "${reverse[@]}" < "$OLDPWD/$patch") > "$out/patch.txt" 2>&1 ||
+  { echo "patch failed"; cat "$out/patch.txt"; exit 1; }
+build() {  # src dir, build dir
+  cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release -DKVFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    "${prefix_args[@]}" > "$out/build_$(basename "$2").txt" 2>&1 &&
+    cmake --build "$2" -j "$((jobs / 2))" --target kvflash-bench >> "$out/build_$(basename "$2").txt" 2>&1
+}
+build . build/ab-a & pa=$!
+build /tmp/ab-b /tmp/ab-b/build/ab-b & pb=$!
+wait $pa || { echo "build A failed"; tail -20 "$out/build_ab-a.txt"; exit 1; }
+wait $pb || { echo "build B failed"; tail -20 "$out/build_ab-b.txt"; exit 1; }
+for r in $(seq "$rounds"); do
+  build/ab-a/tools/bench/kvflash-bench --backend cuda --no-progress -o csv "$@" > "$out/a_$r.csv" 2>> "$out/err.txt"
+  /tmp/ab-b/build/ab-b/tools/bench/kvflash-bench --backend cuda --no-progress -o csv "$@" > "$out/b_$r.csv" 2>> "$out/err.txt"
+done
+python3 - "$out" "$rounds" > "$out/ab.md" <<'PY'
+import csv, statistics, sys
+out, rounds = sys.argv[1], int(sys.argv[2])
+med = {}
+for side in "ab":
+    for r in range(1, rounds + 1):
+        for row in csv.DictReader(open(f"{out}/{side}_{r}.csv")):
+            key = (f'{row["k_type"]}/{row["v_type"]}', f'{row["n_q_heads"]}/{row["n_kv_heads"]}',
+                   row["head_dim_k"], row["n_q"], int(row["depth"]), row["test"])
+            med.setdefault(key, {"a": [], "b": []})[side].append(float(row["us_median"]))
+print("| K/V | heads | D | q | depth | test | A µs | B µs | B/A |")
+print("|---|---|---|---:|---:|---|---:|---:|---:|")
+for key in sorted(med, key=lambda k: (k[5], k[0], k[1], k[2], k[3], k[4])):
+    a, b = statistics.median(med[key]["a"]), statistics.median(med[key]["b"])
+    print(f"| {' | '.join(str(x) for x in key)} | {a:.1f} | {b:.1f} | {b / a:.3f} |")
+PY
+cat "$out/ab.md"
