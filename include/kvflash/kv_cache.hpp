@@ -106,6 +106,8 @@ class KvCache {
   void report(MemoryReport& r) const;
 
  private:
+  KvTensor tensor(size_t offset, KvType t, int32_t dim) const;
+
   KvCacheConfig cfg_;
   KvCacheBytes bytes_;
   int32_t pages_per_seq_ = 0;

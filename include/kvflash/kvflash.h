@@ -156,6 +156,8 @@ typedef struct kvflash_problem {
   float softcap;              /* logit soft cap, 0 = off */
   int32_t has_sinks;          /* per-head sink logits are given (kvflash_tensors.sinks) */
   int32_t has_alibi;          /* per-head ALiBi slopes are given (kvflash_tensors.alibi_slopes) */
+  int32_t page_size;          /* 0: contiguous K/V; > 0: paged, tokens per page (the tensors'
+                                 page_table); read by the CUDA decode kernels and the reference */
 } kvflash_problem;
 
 /* The defaults of kvflash::AttentionProblem: 1 sequence, 1 query token, 32/8 heads, head_dim
@@ -185,6 +187,13 @@ typedef struct kvflash_kv_tensor {
   int64_t stride_token;
   int64_t stride_head;
   int64_t stride_seq;
+  /* Paged (problem.page_size = P > 0) only, else NULL / 0: token t of sequence s lives in page
+   * page_table[s * pages_per_seq + t / P] (0 <= page < n_pages), its row at
+   *   (const char*)data + page * stride_page + (t % P) * stride_token + head * stride_head. */
+  const int32_t* page_table;
+  int32_t pages_per_seq;
+  int64_t n_pages;
+  int64_t stride_page;
 } kvflash_kv_tensor;
 
 /* Fills *tensor for a contiguous (seq, token, head, dim) cache of `capacity` tokens per sequence

@@ -154,6 +154,7 @@ kvflash::Expected<kvflash::AttentionProblem> to_cpp(const kvflash_problem* c) {
   p.softcap = c->softcap;
   p.has_sinks = c->has_sinks != 0;
   p.has_alibi = c->has_alibi != 0;
+  p.page_size = c->page_size;
   return p;
 }
 
@@ -174,6 +175,7 @@ kvflash_problem to_c(const kvflash::AttentionProblem& p) {
   c.softcap = p.softcap;
   c.has_sinks = p.has_sinks ? 1 : 0;
   c.has_alibi = p.has_alibi ? 1 : 0;
+  c.page_size = p.page_size;
   return c;
 }
 
@@ -183,6 +185,10 @@ kvflash::KvTensor to_cpp(const kvflash_kv_tensor& c) {
   t.stride_token = c.stride_token;
   t.stride_head = c.stride_head;
   t.stride_seq = c.stride_seq;
+  t.page_table = c.page_table;
+  t.pages_per_seq = c.pages_per_seq;
+  t.n_pages = c.n_pages;
+  t.stride_page = c.stride_page;
   return t;
 }
 
@@ -426,6 +432,10 @@ int kvflash_kv_tensor_contiguous(const void* data, kvflash_type type, int32_t he
     tensor->stride_token = k.stride_token;
     tensor->stride_head = k.stride_head;
     tensor->stride_seq = k.stride_seq;
+    tensor->page_table = nullptr;
+    tensor->pages_per_seq = 0;
+    tensor->n_pages = 0;
+    tensor->stride_page = 0;
     return kOk;
   });
 }

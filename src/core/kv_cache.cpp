@@ -134,22 +134,20 @@ Expected<KvCache> KvCache::create(const KvCacheConfig& c, void* stream) {
   return cache;
 }
 
-KvTensor KvCache::k(int32_t layer) const {
-  const auto* data = static_cast<const uint8_t*>(storage_.data()) + k_off_[size_t(layer)];
-  const KvType t = cfg_.layers[size_t(layer)].k;
+KvTensor KvCache::tensor(size_t offset, KvType t, int32_t dim) const {
+  const auto* data = static_cast<const uint8_t*>(storage_.data()) + offset;
   if (cfg_.page_size == 0)
-    return kv_tensor_contiguous(data, t, cfg_.head_dim.k, cfg_.n_kv_heads, cfg_.capacity);
-  return kv_tensor_paged(data, t, cfg_.head_dim.k, cfg_.n_kv_heads, cfg_.page_size, cfg_.n_pages,
-                         pages_, pages_per_seq_);
+    return kv_tensor_contiguous(data, t, dim, cfg_.n_kv_heads, cfg_.capacity);
+  return kv_tensor_paged(data, t, dim, cfg_.n_kv_heads, cfg_.page_size, cfg_.n_pages, pages_,
+                         pages_per_seq_);
+}
+
+KvTensor KvCache::k(int32_t layer) const {
+  return tensor(k_off_[size_t(layer)], cfg_.layers[size_t(layer)].k, cfg_.head_dim.k);
 }
 
 KvTensor KvCache::v(int32_t layer) const {
-  const auto* data = static_cast<const uint8_t*>(storage_.data()) + v_off_[size_t(layer)];
-  const KvType t = cfg_.layers[size_t(layer)].v;
-  if (cfg_.page_size == 0)
-    return kv_tensor_contiguous(data, t, cfg_.head_dim.v, cfg_.n_kv_heads, cfg_.capacity);
-  return kv_tensor_paged(data, t, cfg_.head_dim.v, cfg_.n_kv_heads, cfg_.page_size, cfg_.n_pages,
-                         pages_, pages_per_seq_);
+  return tensor(v_off_[size_t(layer)], cfg_.layers[size_t(layer)].v, cfg_.head_dim.v);
 }
 
 AttentionProblem KvCache::problem(int32_t layer, int32_t n_q_heads, int32_t n_q_tokens) const {

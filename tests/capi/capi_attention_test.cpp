@@ -43,11 +43,13 @@ kvflash_problem to_c(const kvflash::AttentionProblem& p) {
   c.softcap = p.softcap;
   c.has_sinks = p.has_sinks;
   c.has_alibi = p.has_alibi;
+  c.page_size = p.page_size;
   return c;
 }
 
 kvflash_kv_tensor to_c(const kvflash::KvTensor& t) {
-  return {t.data, t.stride_token, t.stride_head, t.stride_seq};
+  return {t.data,       t.stride_token,  t.stride_head, t.stride_seq,
+          t.page_table, t.pages_per_seq, t.n_pages,     t.stride_page};
 }
 
 kvflash::AttentionProblem cpu_problem() {
@@ -555,6 +557,41 @@ TEST(CapiAttention, NullOptionsAndNoLse) {
   const kvflash::Status s = kvflash::attention(c.problem, t, po);
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(std::memcmp(c_out.data(), cpp_out.data(), c_out.size() * sizeof(float)), 0);
+}
+
+// A paged problem and paged tensors reach the engine through the C API: the CPU kernels decline
+// them (guard kv_layout), the forced reference reads them (pages laid over the contiguous cache:
+// the contiguous result exactly).
+TEST(CapiAttention, PagedTensorsReachTheEngine) {
+  const std::vector<Case> cases = attention_cases();
+  const Case& c = cases[1];  // 2 sequences, 50 tokens of capacity
+  ASSERT_EQ(c.problem.kv_capacity, 50);
+  kvflash_problem p = to_c(c.problem);
+  p.page_size = 10;
+  ASSERT_EQ(kvflash_validate_problem(&p), KVFLASH_OK) << kvflash_last_error();
+  std::vector<int32_t> table(2 * 5);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i);
+  std::vector<float> out(c.out_size(), -7.0f);
+  kvflash_tensors ct = c.c_tensors(out.data(), nullptr);
+  for (kvflash_kv_tensor* kv : {&ct.k, &ct.v}) {
+    kv->page_table = table.data();
+    kv->pages_per_seq = 5;
+    kv->n_pages = 10;
+    kv->stride_page = 10 * kv->stride_token;
+  }
+  ASSERT_EQ(kvflash_validate_tensors(&p, &ct), KVFLASH_OK) << kvflash_last_error();
+  kvflash_options o = cpu_options();
+  EXPECT_NE(kvflash_attention(&p, &ct, &o), KVFLASH_OK);
+  EXPECT_NE(std::string(kvflash_last_error()).find("kv_layout"), std::string::npos)
+      << kvflash_last_error();
+
+  o.force_kernel = "cpu.reference";
+  ASSERT_EQ(kvflash_attention(&p, &ct, &o), KVFLASH_OK) << kvflash_last_error();
+  std::vector<float> want(c.out_size(), -7.0f);
+  kvflash::AttentionTensors t = c.tensors;
+  t.out = want.data();
+  ASSERT_TRUE(kvflash::reference_attention(c.problem, t).ok());
+  EXPECT_EQ(std::memcmp(out.data(), want.data(), out.size() * sizeof(float)), 0);
 }
 
 TEST(CapiAttention, InvalidArguments) {
