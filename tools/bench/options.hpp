@@ -34,10 +34,10 @@ struct BenchOptions {
   std::vector<std::pair<int32_t, int32_t>> heads;  // (query heads, KV heads)
   std::vector<HeadDims> head_dims;
   std::vector<int64_t> depths;
-  std::vector<int32_t> n_q;      // query tokens per step
-  std::vector<int32_t> batch;    // sequences
+  std::vector<int32_t> n_q;               // query tokens per step
+  std::vector<int32_t> batch;             // sequences
   std::vector<int32_t> page_sizes = {0};  // 0: contiguous caches; N: pages of N tokens
-  std::vector<int32_t> threads;  // empty: every hardware thread
+  std::vector<int32_t> threads;           // empty: every hardware thread
   int32_t reps = 5;
   int32_t warmup = 1;
   tools::OutputFormat format = tools::OutputFormat::md;
