@@ -21,7 +21,9 @@
 // exactly. Paged: each layer holds n_pages pages of (page_size tokens, heads, row), each page
 // 16-byte aligned; one page table (seq, pages_per_seq) of int32 page numbers, shared by every
 // layer and by K and V as in serving engines, initially page s * pages_per_seq + i for page i of
-// sequence s; set_page_table() replaces it (the kernels read it when they run).
+// sequence s (capped at n_pages - 1 when the pool is smaller than n_seqs x pages_per_seq, so
+// sequences would share that page: set a real table before appending then); set_page_table()
+// replaces it (the kernels read it when they run).
 #pragma once
 
 #include <cstddef>
