@@ -71,6 +71,10 @@ Status copy(void* dst, const void* src, size_t bytes, void* stream = nullptr);
 // stream).
 Status synchronize(void* stream);
 Status fill(void* dst, int byte_value, size_t bytes, void* stream = nullptr);
+// Holds `stream` busy for about `microseconds` of device time (one thread watching the device
+// clock; no memory traffic). Enqueued before a timed call, it lets the host enqueue the call
+// before the start event fires, so the events time the device work alone.
+Status spin(double microseconds, void* stream = nullptr);
 
 // kvflash::quantize_rows on the device: n_rows rows of n_values floats at `src` (device memory,
 // row after row) into `dst` (device memory, row_size(t, n_values) bytes per row, row after row),

@@ -168,6 +168,15 @@ Status fill(void* dst, int byte_value, size_t bytes, void* stream) {
 #endif
 }
 
+Status spin(double microseconds, void* stream) {
+#if defined(KVFLASH_HAS_CUDA)
+  return cuda::spin(microseconds, stream);
+#else
+  (void)microseconds, (void)stream;
+  return no_cuda("gpu::spin");
+#endif
+}
+
 Status quantize_rows(KvType t, const float* src, int64_t n_rows, int64_t n_values, void* dst,
                      void* stream) {
 #if defined(KVFLASH_HAS_CUDA)

@@ -60,6 +60,9 @@ TEST(DeviceServices, WithoutADeviceEveryServiceIsAnError) {
   const Status f = gpu::fill(b.data(), 0, b.size());
   ASSERT_FALSE(f.ok());
   expect_no_device_error(f.error());
+  const Status sp = gpu::spin(10.0);
+  ASSERT_FALSE(sp.ok());
+  expect_no_device_error(sp.error());
 
   bool enqueued = false;
   const auto ms = gpu::time_ms(nullptr, [&] {
@@ -173,6 +176,21 @@ TEST(DeviceServices, TimeMeasuresTheEnqueuedWorkAndPassesErrorsThrough) {
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.error().code, ErrorCode::invalid_argument);
   EXPECT_EQ(failed.error().message, "enqueue says no");
+}
+
+// The launch cover of kvflash-bench and kvflash-loop: the stream stays busy for the time asked
+// (the device clock ticks in steps of up to a microsecond), and the host returns at once.
+TEST(DeviceServices, SpinHoldsTheStreamForTheTimeAsked) {
+  KVFLASH_REQUIRE_DEVICE();
+  gpu::Stream stream = take(gpu::Stream::create());
+  for (const double us : {50.0, 400.0}) {
+    const double ms =
+        take(gpu::time_ms(stream.handle(), [&] { return gpu::spin(us, stream.handle()); }));
+    EXPECT_GE(ms * 1e3, us - 2.0) << us;
+    EXPECT_LT(ms * 1e3, us + 100.0) << us;
+  }
+  EXPECT_TRUE(gpu::spin(0.0, stream.handle()).ok());
+  EXPECT_TRUE(stream.synchronize().ok());
 }
 
 TEST(DeviceServices, CapturedFillAndCopyReplay) {

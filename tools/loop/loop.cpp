@@ -18,9 +18,9 @@ constexpr size_t kAlign = 256;
 // Random rows quantized once per (type, dim) and tiled over every cache: speed does not depend on
 // the values, and quantizing gigabytes on the host would dominate the run.
 constexpr int64_t kPatternRows = 4096;
-// Before each kernel timed alone: a device fill long enough to cover the host's enqueue and to
-// push the previous KV out of the L2 (as kvflash-bench).
-constexpr size_t kLaunchCoverBytes = size_t{256} << 20;
+// Before each kernel timed alone: a device spin long enough to cover the host's enqueue (as
+// kvflash-bench).
+constexpr double kLaunchCoverUs = 200.0;
 
 size_t round_up(size_t n, size_t to) {
   return (n + to - 1) / to * to;
@@ -131,8 +131,6 @@ Expected<LoopReport> run_loop(const LoopConfig& cfg) {
   Expected<gpu::Stream> stream_or = gpu::Stream::create();
   if (!stream_or) return at("creating a stream", stream_or.error());
   void* const stream = stream_or->handle();
-  Expected<gpu::DeviceBuffer> cover = gpu::DeviceBuffer::allocate(kLaunchCoverBytes);
-  if (!cover) return at("allocating the launch cover", cover.error());
   Expected<gpu::MemoryInfo> before = gpu::memory_info();
   if (!before) return before.error();
   // Blocks: K and V of every layer, the workspace, q, out and the lengths.
@@ -248,19 +246,21 @@ Expected<LoopReport> run_loop(const LoopConfig& cfg) {
                     int64_t(row_size(L.plan.problem.k_type, m.head_dim.k) +
                             row_size(L.plan.problem.v_type, m.head_dim.v));
 
-    // Each layer alone, behind the launch cover; the medians summed.
-    double kernel_sum = 0;
-    for (size_t l = 0; l < n_layers; ++l) {
-      std::vector<double> us;
-      for (int32_t r = 0; r <= cfg.kernel_reps; ++r) {
-        if (Status s = gpu::fill(cover->data(), 0, cover->size(), stream); !s) return s.error();
+    // Each layer alone, behind the launch cover, the layers in model order (so the other layers'
+    // KV passes through the L2 before a layer runs again, as in a decode step); the medians
+    // summed.
+    std::vector<std::vector<double>> alone(n_layers);
+    for (int32_t r = 0; r <= cfg.kernel_reps; ++r) {
+      for (size_t l = 0; l < n_layers; ++l) {
+        if (Status s = gpu::spin(kLaunchCoverUs, stream); !s) return s.error();
         const Expected<double> ms =
             gpu::time_ms(stream, [&] { return run(layers[l].plan, tensors[l], *ws, stream); });
         if (!ms) return at(fmt::format("layer {} alone", l), ms.error());
-        if (r > 0) us.push_back(*ms * 1e3);  // the first is a warm-up
+        if (r > 0) alone[l].push_back(*ms * 1e3);  // the first round is a warm-up
       }
-      kernel_sum += median(us);
     }
+    double kernel_sum = 0;
+    for (const std::vector<double>& us : alone) kernel_sum += median(us);
 
     auto add_row = [&](bool graphs, const std::vector<double>& us) {
       LoopRow row;

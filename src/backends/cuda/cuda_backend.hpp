@@ -44,6 +44,8 @@ Status synchronize_stream(void* stream);  // nullptr: the legacy default stream
 // also waited for before returning.
 Status copy(void* dst, const void* src, size_t bytes, void* stream);
 Status fill(void* dst, int byte_value, size_t bytes, void* stream);
+// One thread on `stream` waits until `microseconds` of the device's clock have passed.
+Status spin(double microseconds, void* stream);
 Expected<double> time_ms(void* stream, const std::function<Status()>& enqueue);
 
 struct GraphHandles {

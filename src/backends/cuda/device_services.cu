@@ -111,6 +111,26 @@ Status fill(void* dst, int byte_value, size_t bytes, void* stream) {
   return finish_if_null(stream);
 }
 
+namespace {
+// Waits on the device's global timer (nanoseconds); sleeps between reads so that the SM it sits
+// on stays free for other work.
+__global__ void spin_kernel(unsigned long long ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    __nanosleep(500);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
+}  // namespace
+
+Status spin(double microseconds, void* stream) {
+  if (!(microseconds > 0.0)) return {};
+  spin_kernel<<<1, 1, 0, as_stream(stream)>>>(static_cast<unsigned long long>(microseconds * 1e3));
+  if (Status st = check(cudaPeekAtLastError(), "spin kernel launch"); !st) return st;
+  return finish_if_null(stream);
+}
+
 Expected<double> time_ms(void* stream, const std::function<Status()>& enqueue) {
   EventPair ev;
   if (Status st = check(cudaEventCreate(&ev.start), "cudaEventCreate"); !st) return st.error();
