@@ -12,6 +12,10 @@ inline constexpr int kMaxStages = 3;  // shared-memory stages of raw K/V tiles (
 // CTAs per SM the decode kernel is built for (__launch_bounds__: at most 128 registers) and its
 // shared-memory stages are sized for.
 inline constexpr int kCtasPerSm = 4;
+// The split merge: 8 warps per CTA (one CTA per query row), 8 splits per warp per round.
+inline constexpr int kMergeThreads = 256;
+inline constexpr int kMergeWarps = kMergeThreads / 32;
+inline constexpr int kMergeBatch = 8;
 
 struct DecodeParams {
   const float* q;
