@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <random>
 #include <set>
 #include <vector>
 
 #include "backends/cuda/decode/decode_formats.hpp"
+#include "backends/cuda/decode/decode_params.hpp"
 #include "backends/cuda/decode/decode_plan.hpp"
 #include "kvflash/turbo.hpp"
 
@@ -147,6 +149,43 @@ TEST(CudaDecodePlan, SplitsFillTheMachineAndKeepSplitsNonTrivial) {
   EXPECT_EQ(decode_splits(p, l, 132, 3), 1);
   EXPECT_EQ(decode_workspace_bytes(p, l, 1), 0u);
   EXPECT_EQ(decode_workspace_bytes(p, l, 3), size_t{64} * 8 * 3 * 4 * (128 + 2) * 4);
+}
+
+}  // namespace
+}  // namespace kvflash::cuda::decode
+
+namespace kvflash::cuda::decode {
+namespace {
+
+// The kernels divide by launch constants with fast_div's magic numbers: exact for every
+// numerator in [0, 2^31) (tested: every divisor up to 4096 against every numerator up to 65536,
+// then powers of two, their neighbours and random divisors against the extremes and random
+// numerators).
+TEST(CudaDecodeFastDiv, QuotientIsExactForEveryNonNegativeInt) {
+  for (int32_t d = 1; d <= 4096; ++d) {
+    const FastDiv f = fast_div(d);
+    for (int32_t n = 0; n <= 65536; ++n)
+      if (fast_div_host(n, f) != n / d)
+        FAIL() << n << " / " << d << " gave " << fast_div_host(n, f);
+  }
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int32_t> any(0, INT32_MAX);
+  std::vector<int32_t> divisors;
+  for (int s = 0; s < 31; ++s)
+    for (const int32_t e : {-1, 0, 1}) divisors.push_back((int32_t{1} << s) + e);
+  for (int i = 0; i < 200; ++i) divisors.push_back(any(rng) | 1);
+  for (const int32_t d : divisors) {
+    if (d < 1) continue;
+    const FastDiv f = fast_div(d);
+    std::vector<int32_t> ns = {
+        0, 1, d - 1, d, INT32_MAX, INT32_MAX - 1, INT32_MAX / d * d, INT32_MAX / d * d - 1};
+    for (int i = 0; i < 2000; ++i) ns.push_back(any(rng));
+    for (const int32_t n : ns) {
+      if (n >= 0) {
+        ASSERT_EQ(fast_div_host(n, f), n / d) << n << " / " << d;
+      }
+    }
+  }
 }
 
 }  // namespace

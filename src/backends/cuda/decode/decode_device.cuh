@@ -27,6 +27,12 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 }
 
 // cp.async of `size` (4, 8 or 16) bytes, `src_bytes` of them read (the rest zero-filled).
+// n / f.d for 0 <= n < 2^31 (see FastDiv).
+__device__ __forceinline__ int fdiv(int n, const FastDiv& f) {
+  return static_cast<int>((__umulhi(static_cast<uint32_t>(n), f.mul) + static_cast<uint32_t>(n)) >>
+                          f.shr);
+}
+
 template <int kSize>
 __device__ __forceinline__ void cp_async(void* dst, const void* src, int src_bytes) {
   if constexpr (kSize == 16) {

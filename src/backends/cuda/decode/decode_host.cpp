@@ -205,6 +205,27 @@ Status run_decode(const Plan& plan, const AttentionTensors& t, void* workspace, 
   d.smem_q_bytes = l.smem_q_bytes;
   d.smem_kv_bytes = l.smem_kv_bytes;
   d.n_stages = l.n_stages;
+  d.div_row_blocks = fast_div(l.n_row_blocks);
+  d.div_splits = fast_div(plan.n_splits);
+  d.div_group = fast_div(d.group);
+  d.div_bk = fast_div(l.bk);
+  d.div_q4 = fast_div(l.dkc / 4);
+  d.div_chunks = fast_div(l.dkc / 16);
+  d.div_dvc = fast_div(l.dvc);
+  d.div_slice_w = fast_div(l.slice_w);
+  d.div_nt = fast_div(l.slice_w / 8);
+  d.div_rows = fast_div(d.rows);
+  d.div_kv_heads = fast_div(p.n_kv_heads);
+  d.div_stages = fast_div(l.n_stages);
+  // Copy units per row: 4-byte units also cover the 1-3 bytes a row may start into its first
+  // word (copy_unit).
+  const auto units = [](int32_t row_bytes, int32_t unit) {
+    return unit == 4 ? (row_bytes + 2 + 3) / 4 : row_bytes / unit;
+  };
+  d.div_k_units = fast_div(units(l.k_row_bytes, d.k_unit));
+  d.div_v_units = fast_div(units(l.v_row_bytes, d.v_unit));
+  d.k_pass = kThreads / d.div_k_units.d;
+  d.v_pass = kThreads / d.div_v_units.d;
   d.causal = p.causal;
   d.has_mask = p.has_mask;
   d.has_sinks = p.has_sinks;

@@ -44,28 +44,16 @@ __device__ __forceinline__ void copy_unit(uint8_t* dst, const uint8_t* row, int 
 }
 
 // Rows 0 .. rows - 1 of `stride` bytes apart from src0 into slots `sstride` apart at dst0, in units
-// of U bytes; rows from rows_valid on are zero-filled (their source is row 0, not read).
+// of U bytes; rows from rows_valid on are zero-filled (their source is row 0, not read). `units`:
+// copy units per row (U == 4: (row_bytes + 2 + 3) / 4, the row's start may sit 1-3 bytes into its
+// first word; else row_bytes / U), `pass` = kThreads / units (both from the host).
 template <int U>
 __device__ __forceinline__ void copy_rows(const uint8_t* src0, int64_t stride, int rows_valid,
-                                          int rows, int row_bytes, uint8_t* dst0, int sstride,
-                                          int tid) {
-  const int per_row = U == 4 ? (row_bytes + 2 + 3) / 4 : row_bytes / U;
+                                          int rows, int row_bytes, const FastDiv& units, int pass,
+                                          uint8_t* dst0, int sstride, int tid) {
+  const int per_row = units.d;
   if (per_row <= kThreads) {
-    // kThreads / per_row and tid / per_row through a float reciprocal: (x + 0.5) / per_row is
-    // at least 0.5 / 128 away from an integer for x, per_row <= 128, far more than the float
-    // error, so the floor is exact. (Two integer divisions per tile and operand cost ~60
-    // instructions, 6% of the q4_0 kernel.)
-    // 16-byte units (f16/bf16/f32 rows) keep the integer divisions: with the float ones ptxas
-    // spilled 64 bytes instead of 24 in the f16 kernel.
-    int pass, r0;
-    if constexpr (U == 16) {
-      pass = kThreads / per_row;
-      r0 = tid / per_row;
-    } else {
-      const float inv = __frcp_rn(static_cast<float>(per_row));
-      pass = __float2int_rz((kThreads + 0.5f) * inv);
-      r0 = __float2int_rz((tid + 0.5f) * inv);
-    }
+    const int r0 = fdiv(tid, units);
     const int u = tid - r0 * per_row;
     if (r0 >= pass) return;
     const uint8_t* row = src0 + r0 * stride;
@@ -107,7 +95,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int kvh = blockIdx.x / p.n_row_blocks, rb = blockIdx.x % p.n_row_blocks;
+  const int kvh = fdiv(blockIdx.x, p.div_row_blocks), rb = blockIdx.x - kvh * p.n_row_blocks;
   const int split = blockIdx.y;
   const int seq = blockIdx.z;
 
@@ -120,7 +108,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
   int64_t lo = 0, hi = len;
   if (p.window > 0) lo = max(int64_t{0}, len - p.n_q_tokens - p.window + 1);
   if (hi < lo) hi = lo;
-  int64_t chunk = (hi - lo + p.n_splits - 1) / p.n_splits;
+  const int64_t span = hi - lo + p.n_splits - 1;
+  int64_t chunk =
+      span < (int64_t{1} << 31) ? fdiv(static_cast<int>(span), p.div_splits) : span / p.n_splits;
   chunk = (chunk + 15) / 16 * 16;
   const int64_t k_lo = min(hi, lo + split * chunk);
   const int64_t k_hi = min(hi, k_lo + chunk);
@@ -152,8 +142,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = min(row0 + mt * 16 + g + 8 * h, p.rows - 1);
-    tok_row[h] = r / p.group;
-    qh_row[h] = kvh * p.group + r % p.group;
+    tok_row[h] = fdiv(r, p.div_group);
+    qh_row[h] = kvh * p.group + r - tok_row[h] * p.group;
     pos[h] = len - p.n_q_tokens + tok_row[h];
     slope[h] = p.has_alibi ? p.alibi[qh_row[h]] : 0.0f;
   }
@@ -219,12 +209,14 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
         }
         uint8_t* dst = dst0 + seg * sstride;
         const int valid = max(0, rows_valid - seg);
+        const FastDiv& units = which == 0 ? p.div_k_units : p.div_v_units;
+        const int pass = which == 0 ? p.k_pass : p.v_pass;
         if (unit == 16) {
-          copy_rows<16>(src0, stride, valid, seg_rows, row_bytes, dst, sstride, tid);
+          copy_rows<16>(src0, stride, valid, seg_rows, row_bytes, units, pass, dst, sstride, tid);
         } else if (unit == 8) {
-          copy_rows<8>(src0, stride, valid, seg_rows, row_bytes, dst, sstride, tid);
+          copy_rows<8>(src0, stride, valid, seg_rows, row_bytes, units, pass, dst, sstride, tid);
         } else {
-          copy_rows<4>(src0, stride, valid, seg_rows, row_bytes, dst, sstride, tid);
+          copy_rows<4>(src0, stride, valid, seg_rows, row_bytes, units, pass, dst, sstride, tid);
         }
         seg += seg_rows;
       } while (seg < p.bk);
@@ -239,7 +231,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
   };
 
   const int64_t n_keys = k_hi - k_lo;
-  const int n_tiles = static_cast<int>((n_keys + p.bk - 1) / p.bk);
+  const int n_tiles = n_keys + p.bk - 1 < (int64_t{1} << 31)
+                          ? fdiv(static_cast<int>(n_keys + p.bk - 1), p.div_bk)
+                          : static_cast<int>((n_keys + p.bk - 1) / p.bk);
   const int steps = p.bk / 16;
 
   // ---- Prologue. Tile 0's copy starts first so that its latency hides behind the Q work: zero
@@ -263,10 +257,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
         const int i = base + u * kThreads + tid;
-        const int r = i / per_row4, d = 4 * (i % per_row4);
+        const int r = fdiv(i, p.div_q4), d = 4 * (i - r * per_row4);
         v[u] = make_float4(0.f, 0.f, 0.f, 0.f);
         if (i < total4 && r < rows_here && d < p.dk) {
-          const int rr = row0 + r, tok = rr / p.group, qh = kvh * p.group + rr % p.group;
+          const int rr = row0 + r, tok = fdiv(rr, p.div_group);
+          const int qh = kvh * p.group + rr - tok * p.group;
           const float* src =
               p.q + ((int64_t{seq} * p.n_q_tokens + tok) * p.n_q_heads + qh) * p.dk + d;
           if (p.q_vec4) {
@@ -293,7 +288,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
     }
     const int chunks = p.dkc / 16;
     for (int i = tid; i < p.n_mtiles * chunks * 32; i += kThreads) {
-      const int ln = i & 31, c = (i >> 5) % chunks, mt = (i >> 5) / chunks;
+      const int ln = i & 31, mt = fdiv(i >> 5, p.div_chunks), c = (i >> 5) - mt * chunks;
       const int gg = ln >> 2, tt = ln & 3;
       uint32_t regs[4];
 #pragma unroll
@@ -334,7 +329,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
   const int ahead = p.n_stages - 1;
   for (int ti = 0; ti < n_tiles; ++ti) {
     if (ti + ahead < n_tiles)
-      issue_tile(k_lo + int64_t{ti + ahead} * p.bk, (ti + ahead) % p.n_stages);
+      issue_tile(k_lo + int64_t{ti + ahead} * p.bk,
+                 ti + ahead - fdiv(ti + ahead, p.div_stages) * p.n_stages);
     cp_async_commit();
     if (ahead == 2)
       cp_async_wait<2>();
@@ -342,7 +338,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
       cp_async_wait<1>();
     __syncthreads();
 
-    const uint8_t* ks = stage_base + (ti % p.n_stages) * p.smem_kv_bytes;
+    const uint8_t* ks = stage_base + (ti - fdiv(ti, p.div_stages) * p.n_stages) * p.smem_kv_bytes;
     const uint8_t* vs = ks + k_tile_bytes;
     const int64_t tile_key0 = k_lo + int64_t{ti} * p.bk;
 
@@ -565,10 +561,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
   // and V slice d / slice_w, lane g * 4 + t, accumulator tile i, entry h * 2 + e, where
   // r % 16 = g + 8h and d % slice_w = (2t + e) * nt + i.
   for (int idx = tid; idx < rows_here * p.dvc; idx += kThreads) {
-    const int r = idx / p.dvc, d = idx % p.dvc;
+    const int r = fdiv(idx, p.div_dvc), d = idx - r * p.dvc;
     const int rm = r & 15, gg = rm & 7, h = rm >> 3;
-    const int rem = d % p.slice_w, slot = rem / nt, i = rem % nt;
-    const int item_r = (d / p.slice_w) * p.n_mtiles + (r >> 4);
+    const int ds_r = fdiv(d, p.div_slice_w), rem = d - ds_r * p.slice_w;
+    const int slot = fdiv(rem, p.div_nt), i = rem - slot * nt;
+    const int item_r = ds_r * p.n_mtiles + (r >> 4);
     const int off = ((gg * 4 + (slot >> 1)) * kFragStride) + 4 * i + 2 * h + (slot & 1);
     float acc = 0.0f;
     for (int k2 = 0; k2 < p.n_kgroups; ++k2)
@@ -580,7 +577,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
 
   if (p.n_splits == 1) {
     for (int r = warp; r < rows_here; r += kWarps) {
-      const int rr = row0 + r, tok = rr / p.group, qh = kvh * p.group + rr % p.group;
+      const int rr = row0 + r, tok = fdiv(rr, p.div_group), qh = kvh * p.group + rr - tok * p.group;
       const int64_t out_row = (int64_t{seq} * p.n_q_tokens + tok) * p.n_q_heads + qh;
       finalize_row<VT>(p, red + r * p.dvc, ml_final[2 * r], ml_final[2 * r + 1], out_row, qh, lane,
                        sign_words);
@@ -611,9 +608,11 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Decod
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   if (tid < 4) sign_words[tid] = sign_word(tid);
   const int64_t row_id = blockIdx.x;  // over seqs x kv heads x rows
-  const int r = static_cast<int>(row_id % p.rows);
-  const int kvh = static_cast<int>((row_id / p.rows) % p.n_kv_heads);
-  const int seq = static_cast<int>(row_id / (int64_t{p.rows} * p.n_kv_heads));
+  // (seqs x kv heads x rows < 2^31: the plan caps sequences at 65535)
+  const int head_row = fdiv(static_cast<int>(row_id), p.div_rows);  // seq * n_kv_heads + kvh
+  const int r = static_cast<int>(row_id) - head_row * p.rows;
+  const int seq = fdiv(head_row, p.div_kv_heads);
+  const int kvh = head_row - seq * p.n_kv_heads;
   const int64_t slot0 = (int64_t{seq} * p.n_kv_heads + kvh) * p.n_splits;
   const float* ml = p.part + int64_t{p.n_seqs} * p.n_kv_heads * p.n_splits * p.rows * p.dvc +
                     slot0 * p.rows * 2 + 2 * r;
@@ -701,7 +700,7 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Decod
     float l = 0.0f;
 #pragma unroll
     for (int i = 0; i < kMergeWarps; ++i) l += warp_l[i] * exp2f((warp_m[i] - ref) * kLog2e);
-    const int tok = r / p.group, qh = kvh * p.group + r % p.group;
+    const int tok = fdiv(r, p.div_group), qh = kvh * p.group + r - tok * p.group;
     const int64_t out_row = (int64_t{seq} * p.n_q_tokens + tok) * p.n_q_heads + qh;
     finalize_row<VT>(p, red, mx, l, out_row, qh, lane, sign_words);
   }

@@ -17,6 +17,35 @@ inline constexpr int kMergeThreads = 256;
 inline constexpr int kMergeWarps = kMergeThreads / 32;
 inline constexpr int kMergeBatch = 8;
 
+// n / d and n % d for 0 <= n < 2^31 with one multiply-high, an add and a shift, the magic number
+// found on the host (fast_div below; the round-up method of Granlund and Montgomery):
+// q = (umulhi(n, mul) + n) >> shr with shr = ceil(log2 d), mul = floor(2^32 (2^shr - d) / d) + 1.
+// The kernels' divisors (head dims, GQA group, splits, tile sizes) are constant per launch, and
+// an integer division on the GPU is a ~20-instruction dependent sequence: the decode prologue and
+// epilogue did about fifty per thread.
+struct FastDiv {
+  int32_t d = 1;
+  uint32_t mul = 1;
+  uint32_t shr = 0;
+};
+constexpr FastDiv fast_div(int32_t d) {
+  FastDiv f;
+  f.d = d;
+  uint32_t s = 0;
+  while ((uint64_t{1} << s) < static_cast<uint64_t>(d)) ++s;
+  f.shr = s;
+  f.mul = static_cast<uint32_t>(
+      ((uint64_t{1} << 32) * ((uint64_t{1} << s) - static_cast<uint64_t>(d))) /
+          static_cast<uint64_t>(d) +
+      1);
+  return f;
+}
+// The quotient as the kernels compute it (host copy for tests; the device uses __umulhi).
+constexpr int32_t fast_div_host(int32_t n, FastDiv f) {
+  const uint32_t hi = static_cast<uint32_t>((uint64_t{static_cast<uint32_t>(n)} * f.mul) >> 32);
+  return static_cast<int32_t>((hi + static_cast<uint32_t>(n)) >> f.shr);
+}
+
 struct DecodeParams {
   const float* q;
   const uint8_t* k;
@@ -60,6 +89,12 @@ struct DecodeParams {
   uint8_t causal, has_mask, has_sinks, has_alibi;
   uint8_t q_vec4;       // q and its rows are 16-byte aligned: 16-byte loads in the prologue
   uint8_t zero_stages;  // K rows are read past their stored bytes (zero padding dims)
+  // Divisors of the kernels' index arithmetic (fast_div of the field named).
+  FastDiv div_row_blocks, div_splits, div_group, div_bk, div_q4 /* dkc / 4 */,
+      div_chunks /* dkc / 16 */, div_dvc, div_slice_w, div_nt /* slice_w / 8 */, div_rows,
+      div_kv_heads, div_stages;
+  FastDiv div_k_units, div_v_units;  // copy units per K / V row (see copy_rows)
+  int32_t k_pass, v_pass;            // rows per pass of the tile copy: kThreads / units
 };
 
 }  // namespace kvflash::cuda::decode
