@@ -99,6 +99,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
   const int split = blockIdx.y;
   const int seq = blockIdx.z;
 
+  // Launched as a programmatic dependent of whatever precedes it on the stream (launch_decode):
+  // its CTAs may become resident while the previous kernel (say, the last layer's merge) still
+  // runs; nothing is read from global memory before that kernel has completed.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
   const int64_t len = p.kv_lens[seq];
   const int row0 = rb * p.row_block;
   const int rows_here = min(p.row_block, p.rows - row0);
@@ -621,7 +625,9 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Decod
   const int64_t o_stride = int64_t{p.rows} * p.dvc;
   const int nv4 = p.dvc / 4;
   // Launched as a programmatic dependent of the decode grid: wait until it has completed and
-  // its partial states are visible.
+  // its partial states are visible. Whatever follows on the stream (the next layer's decode
+  // grid) may launch now and wait in its own griddepcontrol.wait for this grid to complete.
+  asm volatile("griddepcontrol.launch_dependents;");
   asm volatile("griddepcontrol.wait;" ::: "memory");
 
   float m_w = kNegInf, l_w = 0.0f;
@@ -715,9 +721,21 @@ cudaError_t prepare_decode(size_t smem, int* ctas_per_sm) {
                                                        smem);
 }
 
+// A programmatic dependent launch (see the kernel's griddepcontrol.wait): back-to-back decode
+// steps (the layers of a model) overlap one grid's launch with the previous grid's tail.
 template <KvType KT, KvType VT>
 void launch_decode(const DecodeParams& p, dim3 grid, size_t smem, cudaStream_t stream) {
-  decode_kernel<KT, VT><<<grid, kThreads, smem, stream>>>(p);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  cudaLaunchKernelEx(&cfg, decode_kernel<KT, VT>, p);
 }
 
 }  // namespace kvflash::cuda::decode
