@@ -125,6 +125,11 @@ KVFLASH_HD int64_t kv_row_offset(const KvTensor& kv, int32_t page_size, int64_t 
 // Contiguous (seq, token, head, dim) layout for a cache of `capacity` tokens.
 KvTensor kv_tensor_contiguous(const void* data, KvType t, int32_t head_dim, int32_t n_kv_heads,
                               int64_t capacity);
+// Pages a sequence of `capacity` tokens spans with pages of `page_size` tokens (0 when
+// page_size is 0: contiguous).
+constexpr int64_t pages_per_seq(int64_t capacity, int32_t page_size) {
+  return page_size > 0 ? (capacity + page_size - 1) / page_size : 0;
+}
 // Paged layout: n_pages pages of (page_size tokens, n_kv_heads heads) rows, tokens a multiple of
 // 4 bytes apart, each page starting at a multiple of 16 bytes; `page_table` holds pages_per_seq
 // entries per sequence.

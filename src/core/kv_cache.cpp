@@ -37,15 +37,14 @@ Status validate_config(const KvCacheConfig& c) {
     return field("n_pages", std::to_string(c.n_pages), "0 for a contiguous cache");
   if (c.n_pages < 0 || c.n_pages > std::numeric_limits<int32_t>::max())
     return field("n_pages", std::to_string(c.n_pages), "0 (enough for every sequence) .. 2^31 - 1");
-  if (c.page_size > 0 &&
-      (c.capacity + c.page_size - 1) / c.page_size > std::numeric_limits<int32_t>::max())
+  if (pages_per_seq(c.capacity, c.page_size) > std::numeric_limits<int32_t>::max())
     return field("page_size", std::to_string(c.page_size),
                  "a size that needs fewer than 2^31 pages per sequence");
   return {};
 }
 
 int64_t pages_per_seq_of(const KvCacheConfig& c) {
-  return c.page_size > 0 ? (c.capacity + c.page_size - 1) / c.page_size : 0;
+  return pages_per_seq(c.capacity, c.page_size);
 }
 
 int64_t n_pages_of(const KvCacheConfig& c) {

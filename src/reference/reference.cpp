@@ -28,7 +28,7 @@ const uint8_t* row_ptr(const KvTensor& kv, int32_t page_size, int64_t seq, int64
 Status check_pages(const char* which, const KvTensor& kv, const AttentionProblem& p, int64_t seq,
                    int64_t len) {
   if (p.page_size == 0 || len == 0) return {};
-  const int64_t used = (len + p.page_size - 1) / p.page_size;
+  const int64_t used = pages_per_seq(len, p.page_size);
   for (int64_t i = 0; i < used; ++i) {
     const int32_t page = kv.page_table[seq * kv.pages_per_seq + i];
     if (page < 0 || page >= kv.n_pages)

@@ -29,7 +29,7 @@ struct Scattered {
 // with `spare` unused pages, and its page table.
 Scattered scatter(const std::vector<uint8_t>& contiguous, const AttentionProblem& p, KvType t,
                   int32_t dim, int32_t page_size, int32_t spare, uint64_t seed) {
-  const int32_t pps = static_cast<int32_t>((p.kv_capacity + page_size - 1) / page_size);
+  const int32_t pps = static_cast<int32_t>(pages_per_seq(p.kv_capacity, page_size));
   const int64_t n_pages = int64_t{p.n_seqs} * pps + spare;
   Scattered s;
   s.table.resize(size_t(p.n_seqs) * size_t(pps));

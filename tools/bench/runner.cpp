@@ -77,8 +77,7 @@ Expected<Timing> time_point_cuda(const Plan& pl, const RunConfig& cfg) {
   const size_t krow = row_size(p.k_type, p.head_dim.k), vrow = row_size(p.v_type, p.head_dim.v);
   // Paged (page_size > 0): every sequence's pages spread over one pool in a shuffled order, as
   // a serving engine's page table ends up after many requests; the pool is the K (V) region.
-  const int32_t pps =
-      p.page_size > 0 ? static_cast<int32_t>((p.kv_capacity + p.page_size - 1) / p.page_size) : 0;
+  const int32_t pps = static_cast<int32_t>(pages_per_seq(p.kv_capacity, p.page_size));
   const int64_t n_pages = int64_t{p.n_seqs} * pps;
   const KvTensor k_layout = kv_tensor_paged(nullptr, p.k_type, p.head_dim.k, p.n_kv_heads,
                                             p.page_size, n_pages, nullptr, pps);
