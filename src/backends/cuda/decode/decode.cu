@@ -19,17 +19,7 @@ namespace {
 // grid's completion, so the launch latency between the two kernels disappears.
 template <KvType VT>
 void launch_merge(const DecodeParams& p, dim3 grid, size_t smem, cudaStream_t stream) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(kMergeThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  cudaLaunchKernelEx(&cfg, decode_merge_kernel<VT>, p);
+  launch_programmatic(decode_merge_kernel<VT>, p, grid, kMergeThreads, smem, stream);
 }
 constexpr MergeLaunch kMerge[8] = {launch_merge<KvType::f32>,    launch_merge<KvType::f16>,
                                    launch_merge<KvType::bf16>,   launch_merge<KvType::q8_0>,
