@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 #include <string_view>
+#include <tuple>
 
 #include "kvflash/formats.hpp"
 #include "kvflash/reference.hpp"
@@ -200,6 +201,17 @@ Expected<HostOutputs> read_outputs(const DeviceOutputs& o, const gpu::Stream& st
   h.out = as_floats(out);
   h.lse = as_floats(lse);
   return h;
+}
+
+std::string bitwise_difference(const HostOutputs& a, const HostOutputs& b) {
+  for (const auto& [name, x, y] : {std::tuple{"out", &a.out, &b.out}, {"lse", &a.lse, &b.lse}}) {
+    if (x->size() != y->size())
+      return fmt::format("{}: {} vs {} elements", name, x->size(), y->size());
+    for (size_t i = 0; i < x->size(); ++i)
+      if (std::memcmp(&(*x)[i], &(*y)[i], sizeof(float)) != 0)
+        return fmt::format("{}[{}]: {} vs {}", name, i, (*x)[i], (*y)[i]);
+  }
+  return "";
 }
 
 // Comparison

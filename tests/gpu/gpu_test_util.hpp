@@ -114,6 +114,8 @@ struct HostOutputs {
   std::vector<float> out, lse;
 };
 Expected<HostOutputs> read_outputs(const DeviceOutputs& o, const gpu::Stream& stream);
+// "" when a and b hold the same bits in out and lse, else the first element that differs.
+std::string bitwise_difference(const HostOutputs& a, const HostOutputs& b);
 
 // A kernel's outputs against the reference.
 struct Comparison {
