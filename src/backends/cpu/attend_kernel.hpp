@@ -12,8 +12,9 @@
 namespace kvflash::cpu {
 
 // Keys are consumed in chunks of this many tokens: dequantized into a small per-thread tile
-// (never a whole-window copy), scored against every row, then folded into the states.
-inline constexpr int32_t kKeyChunk = 32;
+// (never a whole-window copy), scored against every row, then folded into the states. 64: the
+// per-chunk work (softmax bookkeeping, turbo weight rounding) spread over twice the keys of 32.
+inline constexpr int32_t kKeyChunk = 64;
 // Every head dim of the supported space (and its turbo padding) is a multiple of this: the
 // kernel's vectors are this wide.
 inline constexpr int32_t kLanes = 16;

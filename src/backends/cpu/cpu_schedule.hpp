@@ -30,7 +30,7 @@ inline constexpr int32_t kDecodeMaxQTokens = 8;
 inline constexpr int32_t kPrefillTileRows = 64;
 inline constexpr int32_t kTasksPerThread = 16;
 inline constexpr int64_t kMinSplitKeys = 256;
-inline constexpr int64_t kHeadBlockKeys = 32;
+inline constexpr int64_t kHeadBlockKeys = 64;  // = kKeyChunk: one chunk per head per block
 
 struct CpuSchedule {
   int32_t group = 1;  // query heads per KV head
