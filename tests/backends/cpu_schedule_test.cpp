@@ -34,6 +34,11 @@ TEST(CpuSchedule, ShortContextIsNotSplitBelowTheMinimum) {
   EXPECT_EQ(cpu_schedule(decode(1, 300), 16).n_splits, 1);
   EXPECT_EQ(cpu_schedule(decode(1, 1), 16).n_splits, 1);
   EXPECT_EQ(cpu_schedule(decode(1, 1024), 16).n_splits, 4);
+  // Splits of kSplitKeys keys where that keeps every thread busy, shorter ones where it does not.
+  EXPECT_EQ(cpu_schedule(decode(1, 8192), 2).n_splits, 4);
+  EXPECT_EQ(cpu_schedule(decode(1, 32768), 2).n_splits, 16);
+  EXPECT_EQ(cpu_schedule(decode(1, 8192), 16).n_splits, 16);
+  EXPECT_EQ(cpu_schedule(decode(1, 4096), 16).n_splits, 16);
   // A batch of sequences already gives enough tasks.
   AttentionProblem b = decode(8, 1 << 20);
   b.n_seqs = 64;
