@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# A/B timing of two kvflash-bench binaries on a noisy machine: runs them alternately ROUNDS
-# times with the same arguments and prints, per (K, V, depth), each side's median of the
-# per-run medians and the ratio B / A of times. Alternating cancels slow drifts of the machine
+# A/B timing of two kvflash-bench binaries on a noisy machine: runs them alternately ROUNDS times
+# (A first, then B first, ...) with the same arguments and prints, per (K, V, depth), each side's
+# median of the per-run medians and the ratio B / A of times. Alternating cancels slow drifts of the machine
 # (shared hosts change speed by tens of percent within minutes).
 # usage: scripts/ab_bench.sh A_BIN B_BIN ROUNDS [kvflash-bench arguments...]
 set -euo pipefail
@@ -13,9 +13,18 @@ a=$1 b=$2 rounds=$3
 shift 3
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
+# Which binary goes first alternates by round (A B, B A, ...): on this host the first of two
+# back-to-back runs was 2-6% slower in an A/A test (the same binary on both sides), a bias that a
+# fixed order adds to every ratio. Use an even number of rounds.
+run() { "$2" "${@:3}" -o csv --no-progress 2>/dev/null | tail -n +2 | sed "s/^/$1,/" >>"$out"; }
 for ((i = 0; i < rounds; ++i)); do
-  "$a" "$@" -o csv --no-progress 2>/dev/null | tail -n +2 | sed 's/^/A,/' >>"$out"
-  "$b" "$@" -o csv --no-progress 2>/dev/null | tail -n +2 | sed 's/^/B,/' >>"$out"
+  if ((i % 2 == 0)); then
+    run A "$a" "$@"
+    run B "$b" "$@"
+  else
+    run B "$b" "$@"
+    run A "$a" "$@"
+  fi
 done
 python3 - "$out" <<'PY'
 import collections, csv, statistics, sys
