@@ -51,6 +51,30 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
+// 2^x for the online softmax (x <= 0 there): one MUFU.EX2. exp2f wraps it in a range fix-up
+// (a compare and two conditional multiplies) for results below 2^-126, which a probability that
+// small does not need; -inf gives 0.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// (x & kMask) | bits as one LOP3. Written in C++ with both constants as immediates it compiles to
+// two (a LOP3 encodes one immediate); `bits` comes in a register (opaque_u32) instead.
+template <uint32_t kMask>
+__device__ __forceinline__ uint32_t and_or(uint32_t x, uint32_t bits) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(x), "n"(kMask), "r"(bits));
+  return r;
+}
+// A constant the compiler keeps in a register rather than folding into each use.
+__device__ __forceinline__ uint32_t opaque_u32(uint32_t v) {
+  uint32_t r;
+  asm("mov.b32 %0, %1;" : "=r"(r) : "r"(v));
+  return r;
+}
+
 template <bool kBf16>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   if constexpr (kBf16) {
@@ -119,11 +143,12 @@ __device__ __forceinline__ uint4 k_frag_quant(const uint8_t* row, int b, int t) 
     const uint32_t d2 = d | (d << 16);
     const uint32_t q = __byte_perm(load_u16(blk + 2 + 4 * t), load_u16(blk + 4 + 4 * t), 0x5410u);
     const uint32_t q8 = q >> 8;
+    const uint32_t e_lo = opaque_u32(0x64006400u), e_hi = opaque_u32(0x54005400u);
     // nibbles of bytes 0 and 2 (and 1 and 3), low then high: the order 0, 2, 1, 3 of k_dim
-    r.x = h2_sub_mul((q & 0x000f000fu) | 0x64006400u, kH2_1032, d2);
-    r.y = h2_sub_mul((q8 & 0x000f000fu) | 0x64006400u, kH2_1032, d2);
-    r.z = h2_sub_mul((q & 0x00f000f0u) | 0x54005400u, kH2_72, d2);
-    r.w = h2_sub_mul((q8 & 0x00f000f0u) | 0x54005400u, kH2_72, d2);
+    r.x = h2_sub_mul(and_or<0x000f000fu>(q, e_lo), kH2_1032, d2);
+    r.y = h2_sub_mul(and_or<0x000f000fu>(q8, e_lo), kH2_1032, d2);
+    r.z = h2_sub_mul(and_or<0x00f000f0u>(q, e_hi), kH2_72, d2);
+    r.w = h2_sub_mul(and_or<0x00f000f0u>(q8, e_hi), kH2_72, d2);
   }
   return r;
 }

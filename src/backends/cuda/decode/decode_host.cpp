@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <mutex>
 #include <optional>
@@ -92,15 +93,26 @@ void plan_decode(Plan& plan) {
   plan.workspace_bytes = decode_workspace_bytes(p, l, plan.n_splits);
 }
 
-// The tile copy unit for a tensor: 16 or 8 bytes when every row start is so aligned, else 4
-// (then the rows need only be 2-byte aligned and the data pointer 4-byte aligned). Paged tensors
-// also need pages that start at multiples of 16 bytes and, for 4-byte copies, page_size *
-// stride_token a multiple of 4 (the kernel finds a row's alignment from its token index alone).
-Expected<int32_t> copy_unit(const char* which, const KvTensor& kv, KvType type, int32_t row_bytes,
-                            int32_t page_size) {
+// How the tile copy reads a tensor's rows: 16 or 8 bytes when every row start is so aligned;
+// else 16-byte units from each row's start rounded down to 16 (a "lead" of address & 15 bytes
+// before the row's data in its slot) when the token stride is a multiple of 16, so that the lead
+// is the same for every row of a CTA, and the widest lead still fits the shared-memory slot; else
+// 4-byte units with a per-row lead of address & 3 (rows 2-byte aligned, data pointer 4-byte
+// aligned). The 16-byte lead halves the copies of q4_0 and q8_0 rows (72 and 136 bytes: 8-byte
+// units before) and cuts those of turbo rows (34/50/66 bytes, 2-byte aligned: 4-byte units) by 3x.
+// Paged tensors also need pages that start at multiples of 16 bytes and, for 4-byte copies,
+// page_size * stride_token a multiple of 4 (the kernel finds a row's alignment from its token
+// index alone).
+struct CopyMode {
+  int32_t unit = 16;
+  bool lead16 = false;
+  int32_t units = 0;  // copy units per row
+};
+Expected<CopyMode> copy_mode(const char* which, const KvTensor& kv, KvType type, int32_t row_bytes,
+                             int32_t slot_bytes, const AttentionProblem& p) {
   const auto addr = reinterpret_cast<uintptr_t>(kv.data);
-  const int64_t seq_stride = page_size > 0 ? 0 : kv.stride_seq;
-  if (page_size > 0 && kv.stride_page % 16 != 0)
+  const int64_t seq_stride = p.page_size > 0 ? 0 : kv.stride_seq;
+  if (p.page_size > 0 && kv.stride_page % 16 != 0)
     return Error{ErrorCode::unsupported,
                  fmt::format("cuda.decode reads paged tensors whose pages start at multiples of 16 "
                              "bytes: tensors.{}.stride_page = {}",
@@ -109,22 +121,33 @@ Expected<int32_t> copy_unit(const char* which, const KvTensor& kv, KvType type, 
     return addr % a == 0 && kv.stride_token % a == 0 && kv.stride_head % a == 0 &&
            seq_stride % a == 0 && row_bytes % a == 0;
   };
-  if (aligned(16)) return 16;
+  if (aligned(16)) return CopyMode{16, false, row_bytes / 16};
   const bool is_float = traits(type).block_values == 1;
   if (is_float)
     return Error{ErrorCode::unsupported,
                  fmt::format("cuda.decode reads {} rows of type {} with 16-byte copies: the data "
                              "pointer and every stride must be multiples of 16 bytes",
                              which, to_string(type))};
-  if (aligned(8)) return 8;
-  if (page_size > 0 && (int64_t{page_size} * kv.stride_token) % 4 != 0)
+  const bool even = addr % 2 == 0 && kv.stride_head % 2 == 0 && seq_stride % 2 == 0;
+  if (even && kv.stride_token % 16 == 0) {
+    // The largest lead of any (sequence, head): address & 15 repeats every 16 of each index.
+    int64_t lead = 0;
+    for (int64_t s = 0; s < std::min<int64_t>(p.n_seqs, 16); ++s)
+      for (int64_t h = 0; h < std::min<int64_t>(p.n_kv_heads, 16); ++h)
+        lead = std::max<int64_t>(
+            lead, static_cast<int64_t>((addr + s * seq_stride + h * kv.stride_head) & 15));
+    const int64_t units = (lead + row_bytes + 15) / 16;
+    if (units * 16 <= slot_bytes) return CopyMode{16, true, static_cast<int32_t>(units)};
+  }
+  if (aligned(8)) return CopyMode{8, false, row_bytes / 8};
+  if (p.page_size > 0 && (int64_t{p.page_size} * kv.stride_token) % 4 != 0)
     return Error{
         ErrorCode::unsupported,
         fmt::format("cuda.decode reads paged tensors of 2-byte aligned rows when page_size "
                     "* stride_token is a multiple of 4: tensors.{}: {} * {}",
-                    which, page_size, kv.stride_token)};
+                    which, p.page_size, kv.stride_token)};
   if (addr % 4 == 0 && kv.stride_token % 2 == 0 && kv.stride_head % 2 == 0 && seq_stride % 2 == 0)
-    return 4;
+    return CopyMode{4, false, (row_bytes + 2 + 3) / 4};  // the row may start 2 bytes into a word
   return Error{ErrorCode::unsupported,
                fmt::format("cuda.decode needs tensors.{}.data 4-byte aligned and its strides even "
                            "(data {:#x}, strides {}/{}/{})",
@@ -142,9 +165,9 @@ Status run_decode(const Plan& plan, const AttentionTensors& t, void* workspace, 
         fmt::format("cuda.decode needs a {} byte device workspace (plan.workspace_bytes)",
                     plan.workspace_bytes));
   const DecodeLayout l = decode_layout(p);
-  Expected<int32_t> ku = copy_unit("k", t.k, p.k_type, l.k_row_bytes, p.page_size);
+  Expected<CopyMode> ku = copy_mode("k", t.k, p.k_type, l.k_row_bytes, l.sk_stride, p);
   if (!ku) return ku.error();
-  Expected<int32_t> vu = copy_unit("v", t.v, p.v_type, l.v_row_bytes, p.page_size);
+  Expected<CopyMode> vu = copy_mode("v", t.v, p.v_type, l.v_row_bytes, l.sv_stride, p);
   if (!vu) return vu.error();
 
   DecodeParams d{};
@@ -190,8 +213,10 @@ Status run_decode(const Plan& plan, const AttentionTensors& t, void* workspace, 
   d.dvc = l.dvc;
   d.k_row_bytes = l.k_row_bytes;
   d.v_row_bytes = l.v_row_bytes;
-  d.k_unit = *ku;
-  d.v_unit = *vu;
+  d.k_unit = ku->unit;
+  d.v_unit = vu->unit;
+  d.k_lead16 = ku->lead16;
+  d.v_lead16 = vu->lead16;
   d.sk_stride = l.sk_stride;
   d.sv_stride = l.sv_stride;
   d.bk = l.bk;
@@ -217,13 +242,8 @@ Status run_decode(const Plan& plan, const AttentionTensors& t, void* workspace, 
   d.div_rows = fast_div(d.rows);
   d.div_kv_heads = fast_div(p.n_kv_heads);
   d.div_stages = fast_div(l.n_stages);
-  // Copy units per row: 4-byte units also cover the 1-3 bytes a row may start into its first
-  // word (copy_unit).
-  const auto units = [](int32_t row_bytes, int32_t unit) {
-    return unit == 4 ? (row_bytes + 2 + 3) / 4 : row_bytes / unit;
-  };
-  d.div_k_units = fast_div(units(l.k_row_bytes, d.k_unit));
-  d.div_v_units = fast_div(units(l.v_row_bytes, d.v_unit));
+  d.div_k_units = fast_div(ku->units);
+  d.div_v_units = fast_div(vu->units);
   d.k_pass = kThreads / d.div_k_units.d;
   d.v_pass = kThreads / d.div_v_units.d;
   d.causal = p.causal;

@@ -26,18 +26,20 @@ namespace kvflash::cuda::decode {
 // The tile copy
 
 // One copy unit of a row into its shared-memory slot (`ok` false: zero-filled, nothing read).
-// U = 4: the slot holds the row from its start rounded down to 4 bytes (the row's data begins at
-// byte address & 3, see row_offset); a partial last word reads only the row's bytes.
-template <int U>
+// Lead (always for U = 4): the slot holds the row from its start rounded down to U bytes (the
+// row's data begins at byte address & (U - 1), see the row offsets in the kernel); the last unit
+// reads only the row's bytes (the first may read up to U - 1 bytes before the row, inside the same
+// aligned U bytes of its allocation).
+template <int U, bool kLead>
 __device__ __forceinline__ void copy_unit(uint8_t* dst, const uint8_t* row, int u, int row_bytes,
                                           bool ok) {
-  if constexpr (U == 4) {
+  if constexpr (U == 4 || kLead) {
     const uint8_t* a0 =
-        reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(row) & ~uintptr_t{3});
-    const uint8_t* src = a0 + 4 * u;
-    const int64_t left = (row + row_bytes) - src;
-    const int n = ok ? static_cast<int>(left < 0 ? 0 : (left > 4 ? 4 : left)) : 0;
-    cp_async<4>(dst, n > 0 ? src : a0, n);
+        reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(row) & ~uintptr_t{U - 1});
+    const uint8_t* src = a0 + U * u;
+    const int left = static_cast<int>((row + row_bytes) - src);
+    const int n = ok ? (left < 0 ? 0 : (left > U ? U : left)) : 0;
+    cp_async<U>(dst, n > 0 ? src : a0, n);
   } else {
     cp_async<U>(dst, row + U * u, ok ? U : 0);
   }
@@ -45,9 +47,9 @@ __device__ __forceinline__ void copy_unit(uint8_t* dst, const uint8_t* row, int 
 
 // Rows 0 .. rows - 1 of `stride` bytes apart from src0 into slots `sstride` apart at dst0, in units
 // of U bytes; rows from rows_valid on are zero-filled (their source is row 0, not read). `units`:
-// copy units per row (U == 4: (row_bytes + 2 + 3) / 4, the row's start may sit 1-3 bytes into its
-// first word; else row_bytes / U), `pass` = kThreads / units (both from the host).
-template <int U>
+// copy units per row (with a lead: enough for the largest lead, see copy_mode on the host; else
+// row_bytes / U), `pass` = kThreads / units (both from the host).
+template <int U, bool kLead>
 __device__ __forceinline__ void copy_rows(const uint8_t* src0, int64_t stride, int rows_valid,
                                           int rows, int row_bytes, const FastDiv& units, int pass,
                                           uint8_t* dst0, int sstride, int tid) {
@@ -62,11 +64,11 @@ __device__ __forceinline__ void copy_rows(const uint8_t* src0, int64_t stride, i
     const int dst_step = pass * sstride;
     if (rows_valid >= rows) {  // every tile but a range's last: no row is past the end
       for (int r = r0; r < rows; r += pass, row += row_step, dst += dst_step)
-        copy_unit<U>(dst, row, u, row_bytes, true);
+        copy_unit<U, kLead>(dst, row, u, row_bytes, true);
     } else {
       for (int r = r0; r < rows; r += pass, row += row_step, dst += dst_step) {
         const bool ok = r < rows_valid;
-        copy_unit<U>(dst, ok ? row : src0, u, row_bytes, ok);
+        copy_unit<U, kLead>(dst, ok ? row : src0, u, row_bytes, ok);
       }
     }
   } else {  // rows longer than kThreads units (wide f32 rows): every thread on every row
@@ -76,7 +78,7 @@ __device__ __forceinline__ void copy_rows(const uint8_t* src0, int64_t stride, i
       const uint8_t* row = ok ? src0 + r * stride : src0;
 #pragma unroll 1
       for (int u = tid; u < per_row; u += kThreads)
-        copy_unit<U>(dst0 + r * sstride + U * u, row, u, row_bytes, ok);
+        copy_unit<U, kLead>(dst0 + r * sstride + U * u, row, u, row_bytes, ok);
     }
   }
 }
@@ -215,23 +217,41 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
         const int valid = max(0, rows_valid - seg);
         const FastDiv& units = which == 0 ? p.div_k_units : p.div_v_units;
         const int pass = which == 0 ? p.k_pass : p.v_pass;
-        if (unit == 16) {
-          copy_rows<16>(src0, stride, valid, seg_rows, row_bytes, units, pass, dst, sstride, tid);
+        const bool lead16 = which == 0 ? p.k_lead16 : p.v_lead16;
+        if (unit == 16 && lead16) {
+          copy_rows<16, true>(src0, stride, valid, seg_rows, row_bytes, units, pass, dst, sstride,
+                              tid);
+        } else if (unit == 16) {
+          copy_rows<16, false>(src0, stride, valid, seg_rows, row_bytes, units, pass, dst, sstride,
+                               tid);
         } else if (unit == 8) {
-          copy_rows<8>(src0, stride, valid, seg_rows, row_bytes, units, pass, dst, sstride, tid);
+          copy_rows<8, false>(src0, stride, valid, seg_rows, row_bytes, units, pass, dst, sstride,
+                              tid);
         } else {
-          copy_rows<4>(src0, stride, valid, seg_rows, row_bytes, units, pass, dst, sstride, tid);
+          copy_rows<4, true>(src0, stride, valid, seg_rows, row_bytes, units, pass, dst, sstride,
+                             tid);
         }
         seg += seg_rows;
       } while (seg < p.bk);
     }
   };
-  // Byte offset of a row's data inside its slot (nonzero only for the 4-byte copy).
-  // (Paged rows too: pages start 16-byte aligned and page_size * stride is a multiple of 4, as
-  // run_decode checks, so a row's address & 3 is the same as at base + key * stride.)
-  auto row_offset = [&](const uint8_t* base, int64_t stride, int unit, int64_t key) -> int {
-    if (unit != 4) return 0;
-    return static_cast<int>(reinterpret_cast<uintptr_t>(base + key * stride) & 3);
+  // Byte offset of a row's data inside its slot (the lead; zero for aligned 16- and 8-byte copies):
+  // the row address & (U - 1) = (base + key * stride) & (U - 1) = (base & m + key * (stride & m))
+  // & m, from per-CTA constants in 32-bit arithmetic. 16-byte leads have stride & 15 = 0 (the
+  // host's condition), so it is one constant per CTA. (Paged rows too: pages start 16-byte
+  // aligned and page_size * stride is a multiple of 4, resp. 16, as run_decode checks, so a row's
+  // address & m is the same as at base + key * stride.)
+  const auto lead_mask = [](int unit, bool lead16) { return unit == 4 ? 3u : (lead16 ? 15u : 0u); };
+  const uint32_t k_mask = lead_mask(p.k_unit, p.k_lead16), v_mask = lead_mask(p.v_unit, p.v_lead16);
+  const uint32_t k_off0 = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(k_base)) & k_mask;
+  const uint32_t v_off0 = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(v_base)) & v_mask;
+  const uint32_t k_smod = static_cast<uint32_t>(p.k_st) & k_mask;
+  const uint32_t v_smod = static_cast<uint32_t>(p.v_st) & v_mask;
+  auto k_row_offset = [&](int64_t key) -> int {
+    return static_cast<int>((k_off0 + static_cast<uint32_t>(key) * k_smod) & k_mask);
+  };
+  auto v_row_offset = [&](int64_t key) -> int {
+    return static_cast<int>((v_off0 + static_cast<uint32_t>(key) * v_smod) & v_mask);
   };
 
   const int64_t n_keys = k_hi - k_lo;
@@ -345,6 +365,12 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
     const uint8_t* ks = stage_base + (ti - fdiv(ti, p.div_stages) * p.n_stages) * p.smem_kv_bytes;
     const uint8_t* vs = ks + k_tile_bytes;
     const int64_t tile_key0 = k_lo + int64_t{ti} * p.bk;
+    // Every key of the tile visible to every row, nothing to add to the scores: the usual case,
+    // decided once per tile rather than per 16 keys.
+    const bool plain = !p.has_mask && !p.has_alibi && p.softcap == 0.0f;
+    const bool tile_visible = plain && tile_key0 + p.bk <= k_hi &&
+                              (!p.causal || tile_key0 + p.bk - 1 <= len - p.n_q_tokens) &&
+                              (p.window == 0 || len - 1 - tile_key0 < p.window);
 
     if (active) {
       for (int s = kg; s < steps; s += p.n_kgroups) {
@@ -357,8 +383,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
         const uint8_t* krow[2];
 #pragma unroll
         for (int n = 0; n < 2; ++n)
-          krow[n] = ks + (16 * s + 8 * n + g) * p.sk_stride +
-                    row_offset(k_base, p.k_st, p.k_unit, j0 + 8 * n + g);
+          krow[n] = ks + (16 * s + 8 * n + g) * p.sk_stride + k_row_offset(j0 + 8 * n + g);
         const uint4* qf = q_frag + (mt * (p.dkc / 16)) * 32 + lane;
         for (int b = 0; b < p.dkc / 32; ++b) {
           const uint4 a0 = qf[(2 * b) * 32], a1 = qf[(2 * b + 1) * 32];  // shared by both n-tiles
@@ -387,9 +412,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
         }
 
         // Soft cap, ALiBi, mask, visibility; then the online softmax per row.
-        const bool all_visible = !p.has_mask && !p.has_alibi && p.softcap == 0.0f &&
-                                 j0 + 15 < k_hi && (!p.causal || j0 + 15 <= len - p.n_q_tokens) &&
-                                 (p.window == 0 || len - 1 - j0 < p.window);
+        const bool all_visible = tile_visible || (plain && j0 + 15 < k_hi &&
+                                                  (!p.causal || j0 + 15 <= len - p.n_q_tokens) &&
+                                                  (p.window == 0 || len - 1 - j0 < p.window));
         if (!all_visible) {
 #pragma unroll
           for (int n = 0; n < 2; ++n)
@@ -417,14 +442,14 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
           const float m_new = fmaxf(m_run[h], mx);
           const float ref = m_new == kNegInf ? 0.0f : m_new;
-          alpha[h] = exp2f((m_run[h] - ref) * kLog2e);  // m_run = -inf gives 0
+          alpha[h] = exp2_ftz((m_run[h] - ref) * kLog2e);  // m_run = -inf gives 0
           m_run[h] = m_new;
           float sum = 0.0f;
 #pragma unroll
           for (int n = 0; n < 2; ++n)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-              const float pe = exp2f((sc[n][2 * h + e] - ref) * kLog2e);
+              const float pe = exp2_ftz((sc[n][2 * h + e] - ref) * kLog2e);
               sc[n][2 * h + e] = pe;
               sum += pe;
             }
@@ -452,8 +477,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
           const int key = 2 * t + (kk & 1) + 8 * (kk >> 1);
-          vrow[kk] =
-              vs + (16 * s + key) * p.sv_stride + row_offset(v_base, p.v_st, p.v_unit, j0 + key);
+          vrow[kk] = vs + (16 * s + key) * p.sv_stride + v_row_offset(j0 + key);
         }
         bool done = false;
         if constexpr (VT == KvType::f16 || VT == KvType::bf16) {

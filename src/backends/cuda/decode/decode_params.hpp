@@ -75,7 +75,10 @@ struct DecodeParams {
   int32_t dk, dv;                                                  // the problem's head dims
   int32_t dkc, dvc;  // computed dims: padded to the type's block (turbo: 128), K to 32
   int32_t k_row_bytes, v_row_bytes;
-  int32_t k_unit, v_unit;        // cp.async unit for the tile copy: 16, 8 or 4 bytes
+  int32_t k_unit, v_unit;  // cp.async unit for the tile copy: 16, 8 or 4 bytes
+  // 16-byte units from the row's start rounded down to 16 (rows at any even address whose token
+  // stride is a multiple of 16: the lead, address & 15, is the same for every row of a CTA).
+  uint8_t k_lead16, v_lead16;
   int32_t sk_stride, sv_stride;  // shared-memory row strides in bytes (multiples of 16)
   int32_t bk;                    // keys per shared-memory tile (multiple of 16 * n_kgroups)
   int32_t row_block;             // query rows per CTA (16 * n_mtiles)
