@@ -62,6 +62,27 @@ __device__ __forceinline__ void copy_rows(const uint8_t* src0, int64_t stride, i
     uint8_t* dst = dst0 + r0 * sstride + U * u;
     const int64_t row_step = pass * stride;
     const int dst_step = pass * sstride;
+    if constexpr (kLead && U == 16) {
+      // The lead is the same for every row (the host's condition: stride % 16 == 0), so this
+      // thread's unit has one source offset and byte count for all its rows: the loop is the
+      // copy and two pointer steps. A unit wholly past the row's end (a CTA whose lead is below
+      // the largest) is not copied: nothing reads a slot past its row's data.
+      const int lead = static_cast<int>(reinterpret_cast<uintptr_t>(src0) & 15);
+      const int n = min(16, lead + row_bytes - 16 * u);
+      if (n <= 0) return;
+      const uint8_t* base0 = src0 - lead;  // 16-byte aligned; source of the zero-filled rows
+      const uint8_t* src = base0 + int64_t{r0} * stride + 16 * u;
+      if (rows_valid >= rows) {
+        for (int r = r0; r < rows; r += pass, src += row_step, dst += dst_step)
+          cp_async<16>(dst, src, n);
+      } else {
+        for (int r = r0; r < rows; r += pass, src += row_step, dst += dst_step) {
+          const bool ok = r < rows_valid;
+          cp_async<16>(dst, ok ? src : base0, ok ? n : 0);
+        }
+      }
+      return;
+    }
     if (rows_valid >= rows) {  // every tile but a range's last: no row is past the end
       for (int r = r0; r < rows; r += pass, row += row_step, dst += dst_step)
         copy_unit<U, kLead>(dst, row, u, row_bytes, true);
