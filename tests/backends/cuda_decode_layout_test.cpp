@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/decode/decode_formats.hpp"
@@ -161,6 +163,69 @@ namespace {
 // numerator in [0, 2^31) (tested: every divisor up to 4096 against every numerator up to 65536,
 // then powers of two, their neighbours and random divisors against the extremes and random
 // numerators).
+// The tile copy's unit per layout, and for 16-byte leads: every row of every (sequence, head)
+// fits its units, and the units fit the shared-memory slot (the kernel copies units * 16 bytes
+// from the row start rounded down to 16 into each slot).
+TEST(CudaDecodePlan, CopyModeFitsEveryRowAndSlot) {
+  const auto* base = reinterpret_cast<const uint8_t*>(uintptr_t{1} << 20);  // 256-byte aligned
+  auto mode = [&](KvType t, int32_t kvh, int64_t offset) {
+    AttentionProblem p = problem(1, 4 * kvh, kvh, {128, 128}, 4096);
+    p.k_type = p.v_type = t;
+    const DecodeLayout l = decode_layout(p);
+    const KvTensor kv = kv_tensor_contiguous(base + offset, t, 128, kvh, 4096);
+    return copy_mode("k", kv, t, l.k_row_bytes, l.sk_stride, p);
+  };
+  struct Want {
+    KvType t;
+    int32_t kvh;
+    int32_t unit;
+    bool lead16;
+    int32_t units;
+  };
+  // 8 heads: token strides 576 (q4_0), 1088 (q8_0), 400 (turbo3), multiples of 16: leads.
+  // One head: the token stride is the row (72, 136, 50 bytes): 8- and 4-byte units.
+  for (const Want& w : {Want{KvType::f16, 8, 16, false, 16}, Want{KvType::q4_0, 8, 16, true, 5},
+                        Want{KvType::q8_0, 8, 16, true, 9}, Want{KvType::turbo3, 8, 16, true, 4},
+                        Want{KvType::turbo4, 8, 16, true, 5}, Want{KvType::turbo2, 8, 16, true, 3},
+                        Want{KvType::q4_0, 1, 8, false, 9}, Want{KvType::q8_0, 1, 8, false, 17},
+                        Want{KvType::turbo3, 1, 4, false, 13}}) {
+    SCOPED_TRACE(std::string(to_string(w.t)) + " kv heads " + std::to_string(w.kvh));
+    Expected<CopyMode> m = mode(w.t, w.kvh, 0);
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    EXPECT_EQ(m->unit, w.unit);
+    EXPECT_EQ(m->lead16, w.lead16);
+    EXPECT_EQ(m->units, w.units);
+  }
+  // Every quantized type, 1-9 heads, 2 sequences, data at every even offset in 16 bytes.
+  for (KvType t : kAllKvTypes) {
+    if (traits(t).block_values == 1) continue;
+    for (int32_t kvh = 1; kvh <= 9; ++kvh)
+      for (int64_t offset = 0; offset < 16; offset += 2) {
+        AttentionProblem p = problem(1, 4 * kvh, kvh, {128, 128}, 4096);
+        p.k_type = p.v_type = t;
+        p.n_seqs = 2;
+        const DecodeLayout l = decode_layout(p);
+        const KvTensor kv = kv_tensor_contiguous(base + offset, t, 128, kvh, 4096);
+        Expected<CopyMode> m = copy_mode("k", kv, t, l.k_row_bytes, l.sk_stride, p);
+        SCOPED_TRACE(describe(p) + " offset " + std::to_string(offset));
+        if (!m.ok()) {  // 4-byte units need a 4-byte aligned data pointer
+          EXPECT_NE(offset % 4, 0) << m.error().message;
+          continue;
+        }
+        EXPECT_LE(m->units * m->unit, l.sk_stride);
+        if (!m->lead16) continue;
+        EXPECT_EQ(kv.stride_token % 16, 0);
+        for (int64_t s = 0; s < p.n_seqs; ++s)
+          for (int64_t h = 0; h < kvh; ++h) {
+            const auto row =
+                reinterpret_cast<uintptr_t>(kv.data) + s * kv.stride_seq + h * kv.stride_head;
+            EXPECT_EQ(row % 2, 0u);
+            EXPECT_LE(static_cast<int64_t>(row & 15) + l.k_row_bytes, int64_t{m->units} * 16);
+          }
+      }
+  }
+}
+
 TEST(CudaDecodeFastDiv, QuotientIsExactForEveryNonNegativeInt) {
   for (int32_t d = 1; d <= 4096; ++d) {
     const FastDiv f = fast_div(d);

@@ -93,67 +93,6 @@ void plan_decode(Plan& plan) {
   plan.workspace_bytes = decode_workspace_bytes(p, l, plan.n_splits);
 }
 
-// How the tile copy reads a tensor's rows: 16 or 8 bytes when every row start is so aligned;
-// else 16-byte units from each row's start rounded down to 16 (a "lead" of address & 15 bytes
-// before the row's data in its slot) when the token stride is a multiple of 16, so that the lead
-// is the same for every row of a CTA, and the widest lead still fits the shared-memory slot; else
-// 4-byte units with a per-row lead of address & 3 (rows 2-byte aligned, data pointer 4-byte
-// aligned). The 16-byte lead halves the copies of q4_0 and q8_0 rows (72 and 136 bytes: 8-byte
-// units before) and cuts those of turbo rows (34/50/66 bytes, 2-byte aligned: 4-byte units) by 3x.
-// Paged tensors also need pages that start at multiples of 16 bytes and, for 4-byte copies,
-// page_size * stride_token a multiple of 4 (the kernel finds a row's alignment from its token
-// index alone).
-struct CopyMode {
-  int32_t unit = 16;
-  bool lead16 = false;
-  int32_t units = 0;  // copy units per row
-};
-Expected<CopyMode> copy_mode(const char* which, const KvTensor& kv, KvType type, int32_t row_bytes,
-                             int32_t slot_bytes, const AttentionProblem& p) {
-  const auto addr = reinterpret_cast<uintptr_t>(kv.data);
-  const int64_t seq_stride = p.page_size > 0 ? 0 : kv.stride_seq;
-  if (p.page_size > 0 && kv.stride_page % 16 != 0)
-    return Error{ErrorCode::unsupported,
-                 fmt::format("cuda.decode reads paged tensors whose pages start at multiples of 16 "
-                             "bytes: tensors.{}.stride_page = {}",
-                             which, kv.stride_page)};
-  const auto aligned = [&](int64_t a) {
-    return addr % a == 0 && kv.stride_token % a == 0 && kv.stride_head % a == 0 &&
-           seq_stride % a == 0 && row_bytes % a == 0;
-  };
-  if (aligned(16)) return CopyMode{16, false, row_bytes / 16};
-  const bool is_float = traits(type).block_values == 1;
-  if (is_float)
-    return Error{ErrorCode::unsupported,
-                 fmt::format("cuda.decode reads {} rows of type {} with 16-byte copies: the data "
-                             "pointer and every stride must be multiples of 16 bytes",
-                             which, to_string(type))};
-  const bool even = addr % 2 == 0 && kv.stride_head % 2 == 0 && seq_stride % 2 == 0;
-  if (even && kv.stride_token % 16 == 0) {
-    // The largest lead of any (sequence, head): address & 15 repeats every 16 of each index.
-    int64_t lead = 0;
-    for (int64_t s = 0; s < std::min<int64_t>(p.n_seqs, 16); ++s)
-      for (int64_t h = 0; h < std::min<int64_t>(p.n_kv_heads, 16); ++h)
-        lead = std::max<int64_t>(
-            lead, static_cast<int64_t>((addr + s * seq_stride + h * kv.stride_head) & 15));
-    const int64_t units = (lead + row_bytes + 15) / 16;
-    if (units * 16 <= slot_bytes) return CopyMode{16, true, static_cast<int32_t>(units)};
-  }
-  if (aligned(8)) return CopyMode{8, false, row_bytes / 8};
-  if (p.page_size > 0 && (int64_t{p.page_size} * kv.stride_token) % 4 != 0)
-    return Error{
-        ErrorCode::unsupported,
-        fmt::format("cuda.decode reads paged tensors of 2-byte aligned rows when page_size "
-                    "* stride_token is a multiple of 4: tensors.{}: {} * {}",
-                    which, p.page_size, kv.stride_token)};
-  if (addr % 4 == 0 && kv.stride_token % 2 == 0 && kv.stride_head % 2 == 0 && seq_stride % 2 == 0)
-    return CopyMode{4, false, (row_bytes + 2 + 3) / 4};  // the row may start 2 bytes into a word
-  return Error{ErrorCode::unsupported,
-               fmt::format("cuda.decode needs tensors.{}.data 4-byte aligned and its strides even "
-                           "(data {:#x}, strides {}/{}/{})",
-                           which, addr, kv.stride_token, kv.stride_head, kv.stride_seq)};
-}
-
 Status run_decode(const Plan& plan, const AttentionTensors& t, void* workspace, void* stream_ptr) {
   const AttentionProblem& p = plan.problem;
   if (t.kv_lens == nullptr)

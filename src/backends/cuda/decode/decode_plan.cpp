@@ -1,6 +1,9 @@
 #include "backends/cuda/decode/decode_plan.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <cstdint>
 
 #include "backends/cuda/decode/decode_formats.hpp"
 #include "backends/cuda/decode/decode_params.hpp"
@@ -87,6 +90,52 @@ size_t decode_workspace_bytes(const AttentionProblem& p, const DecodeLayout& l, 
   if (n_splits <= 1) return 0;
   return static_cast<size_t>(p.n_seqs) * p.n_kv_heads * n_splits * p.rows_per_kv_head() *
          (static_cast<size_t>(l.dvc) + 2) * sizeof(float);
+}
+
+Expected<CopyMode> copy_mode(const char* which, const KvTensor& kv, KvType type, int32_t row_bytes,
+                             int32_t slot_bytes, const AttentionProblem& p) {
+  const auto addr = reinterpret_cast<uintptr_t>(kv.data);
+  const int64_t seq_stride = p.page_size > 0 ? 0 : kv.stride_seq;
+  if (p.page_size > 0 && kv.stride_page % 16 != 0)
+    return Error{ErrorCode::unsupported,
+                 fmt::format("cuda.decode reads paged tensors whose pages start at multiples of 16 "
+                             "bytes: tensors.{}.stride_page = {}",
+                             which, kv.stride_page)};
+  const auto aligned = [&](int64_t a) {
+    return addr % a == 0 && kv.stride_token % a == 0 && kv.stride_head % a == 0 &&
+           seq_stride % a == 0 && row_bytes % a == 0;
+  };
+  if (aligned(16)) return CopyMode{16, false, row_bytes / 16};
+  const bool is_float = traits(type).block_values == 1;
+  if (is_float)
+    return Error{ErrorCode::unsupported,
+                 fmt::format("cuda.decode reads {} rows of type {} with 16-byte copies: the data "
+                             "pointer and every stride must be multiples of 16 bytes",
+                             which, to_string(type))};
+  const bool even = addr % 2 == 0 && kv.stride_head % 2 == 0 && seq_stride % 2 == 0;
+  if (even && kv.stride_token % 16 == 0) {
+    // The largest lead of any (sequence, head): address & 15 repeats every 16 of each index.
+    int64_t lead = 0;
+    for (int64_t s = 0; s < std::min<int64_t>(p.n_seqs, 16); ++s)
+      for (int64_t h = 0; h < std::min<int64_t>(p.n_kv_heads, 16); ++h)
+        lead = std::max<int64_t>(
+            lead, static_cast<int64_t>((addr + s * seq_stride + h * kv.stride_head) & 15));
+    const int64_t units = (lead + row_bytes + 15) / 16;
+    if (units * 16 <= slot_bytes) return CopyMode{16, true, static_cast<int32_t>(units)};
+  }
+  if (aligned(8)) return CopyMode{8, false, row_bytes / 8};
+  if (p.page_size > 0 && (int64_t{p.page_size} * kv.stride_token) % 4 != 0)
+    return Error{
+        ErrorCode::unsupported,
+        fmt::format("cuda.decode reads paged tensors of 2-byte aligned rows when page_size "
+                    "* stride_token is a multiple of 4: tensors.{}: {} * {}",
+                    which, p.page_size, kv.stride_token)};
+  if (addr % 4 == 0 && kv.stride_token % 2 == 0 && kv.stride_head % 2 == 0 && seq_stride % 2 == 0)
+    return CopyMode{4, false, (row_bytes + 2 + 3) / 4};  // the row may start 2 bytes into a word
+  return Error{ErrorCode::unsupported,
+               fmt::format("cuda.decode needs tensors.{}.data 4-byte aligned and its strides even "
+                           "(data {:#x}, strides {}/{}/{})",
+                           which, addr, kv.stride_token, kv.stride_head, kv.stride_seq)};
 }
 
 }  // namespace kvflash::cuda::decode
