@@ -4,7 +4,6 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <mutex>
 #include <optional>
