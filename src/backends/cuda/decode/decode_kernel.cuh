@@ -104,6 +104,56 @@ __device__ __forceinline__ void copy_rows(const uint8_t* src0, int64_t stride, i
   }
 }
 
+// One thread's share of the tile copy of a contiguous tensor in 16-byte units (aligned rows, or
+// rows with one lead per CTA: see copy_rows): unit u of rows r0, r0 + pass, ... of every tile,
+// a few instructions to work out (the general path's per-tile setup, page lookup and unit
+// dispatch included, was ~145 instructions per warp and tile, ~18% of all executed for q4_0 at
+// 1M tokens; kept live across the loop instead it made the kernel spill).
+struct TileCopy {
+  int64_t src_off;  // from the tile's first row: r0 * stride + 16 * u - lead
+  int32_t dst_off;  // from the tile's slot base: r0 * sstride + 16 * u
+  int32_t r0;       // first row (>= bk: this thread copies nothing of this tensor)
+  int32_t n;        // bytes read per row, 1..16
+  int32_t lead;     // the CTA's lead (0 for aligned rows)
+};
+
+__device__ __forceinline__ TileCopy tile_copy_plan(const uint8_t* base, int64_t stride,
+                                                   int row_bytes, bool lead16,
+                                                   const FastDiv& units, int pass, int sstride,
+                                                   int bk, int tid) {
+  TileCopy c;
+  const int per_row = units.d;
+  c.r0 = fdiv(tid, units);
+  const int u = tid - c.r0 * per_row;
+  c.lead = lead16 ? static_cast<int>(reinterpret_cast<uintptr_t>(base) & 15) : 0;
+  c.n = min(16, c.lead + row_bytes - 16 * u);
+  if (c.r0 >= pass || c.n <= 0) c.r0 = bk;  // a unit past every row's end: nothing to copy
+  c.src_off = int64_t{c.r0} * stride + 16 * u - c.lead;
+  c.dst_off = c.r0 * sstride + 16 * u;
+  return c;
+}
+
+// The tile of rows_valid (>= 1) rows from `row0` (the tile's first row) into `dst0`; rows from
+// rows_valid to bk are zero-filled, their source the tile's first row, not read.
+__device__ __forceinline__ void copy_tile(const TileCopy& c, const uint8_t* row0, int64_t stride,
+                                          int rows_valid, int bk, int pass, uint8_t* dst0,
+                                          int sstride) {
+  const uint8_t* src = row0 + c.src_off;
+  uint8_t* dst = dst0 + c.dst_off;
+  const int64_t row_step = pass * stride;
+  const int dst_step = pass * sstride;
+  if (rows_valid >= bk) {
+    for (int r = c.r0; r < bk; r += pass, src += row_step, dst += dst_step)
+      cp_async<16>(dst, src, c.n);
+  } else {
+    const uint8_t* zero_src = row0 - c.lead;  // 16-byte aligned
+    for (int r = c.r0; r < bk; r += pass, src += row_step, dst += dst_step) {
+      const bool ok = r < rows_valid;
+      cp_async<16>(dst, ok ? src : zero_src, ok ? c.n : 0);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The kernel
 
@@ -126,9 +176,33 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
   // its CTAs may become resident while the previous kernel (say, the last layer's merge) still
   // runs; nothing is read from global memory before that kernel has completed.
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  const int64_t len = p.kv_lens[seq];
   const int row0 = rb * p.row_block;
   const int rows_here = min(p.row_block, p.rows - row0);
+  // Q rows (f32) go to stage 1's area with cp.async, their own commit group, before the length is
+  // read: no registers held, and their latency overlaps the length's and tile 0's (they were
+  // two round trips one after the other in the prologue). Rows past rows_here and dims past dk
+  // are zero-filled. The scale is applied when the fragments are packed.
+  float* const qs = reinterpret_cast<float*>(smem + p.smem_q_bytes + p.smem_kv_bytes);
+  {
+    const int per_row4 = p.dkc / 4, total4 = p.row_block * per_row4;
+    for (int i = tid; i < total4; i += kThreads) {
+      const int r = fdiv(i, p.div_q4), d = 4 * (i - r * per_row4);
+      const bool ok = r < rows_here && d < p.dk;
+      const int rr = row0 + (ok ? r : 0), tok = fdiv(rr, p.div_group);
+      const int qh = kvh * p.group + rr - tok * p.group;
+      const float* src = p.q + ((int64_t{seq} * p.n_q_tokens + tok) * p.n_q_heads + qh) * p.dk +
+                         (ok ? d : 0);
+      if (p.q_vec4) {
+        cp_async<16>(qs + 4 * i, src, ok ? 16 : 0);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          cp_async<4>(qs + 4 * i + e, src + e, ok && d + e < p.dk ? 4 : 0);
+      }
+    }
+    cp_async_commit();
+  }
+  const int64_t len = p.kv_lens[seq];
 
   // Keys any row can see: all before len (the last query sits at len - 1), and with a window
   // none before the first query's window.
@@ -162,28 +236,15 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
   const int nt = p.slice_w / 8;  // dims per thread per key in P.V (<= 16)
   const int dv0 = ds * p.slice_w + g * nt;
 
-  // Per-row facts for this thread's two rows (g and g + 8 of its M tile).
-  int64_t pos[2];
-  int tok_row[2], qh_row[2];
-  float slope[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = min(row0 + mt * 16 + g + 8 * h, p.rows - 1);
-    tok_row[h] = fdiv(r, p.div_group);
-    qh_row[h] = kvh * p.group + r - tok_row[h] * p.group;
-    pos[h] = len - p.n_q_tokens + tok_row[h];
-    slope[h] = p.has_alibi ? p.alibi[qh_row[h]] : 0.0f;
-  }
+  // Per-row facts for this thread's rows g + 8h of its M tile, worked out where a step needs them
+  // (masks, ALiBi, visibility: not in the usual all-visible step), so that they take no registers
+  // across the key loop, which runs at the 128-register bound.
+  auto row_tok = [&](int h) { return fdiv(min(row0 + mt * 16 + g + 8 * h, p.rows - 1), p.div_group); };
 
   TurboLut<KT> tlut_k;
   TurboLut<VT> tlut_v;
   tlut_k.init();
   tlut_v.init();
-
-  float o[16][4];
-#pragma unroll
-  for (int i = 0; i < 16; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-  float m_run[2] = {kNegInf, kNegInf}, l_run[2] = {0.0f, 0.0f};
 
   const uint8_t* k_base = p.k + seq * p.k_ss + kvh * p.k_sh;  // paged: k_ss = 0
   const uint8_t* v_base = p.v + seq * p.v_ss + kvh * p.v_sh;
@@ -194,9 +255,15 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
   // its source and destination by constant steps: a few instructions per unit. (The previous
   // walk over (row, unit) pairs with a carry, a 64-bit multiply and the unit-size dispatch per
   // unit took about 50 instructions per copied unit: 40% of all the kernel executed for q4_0.)
+  // Contiguous tensors copied in 16-byte units (the usual case) take copy_tile with this thread's
+  // share worked out once here; paged tensors and 8- or 4-byte units the general path below.
+  const bool k_fast = p.page_size == 0 && p.k_unit == 16 && p.div_k_units.d <= kThreads;
+  const bool v_fast = p.page_size == 0 && p.v_unit == 16 && p.div_v_units.d <= kThreads;
   auto issue_tile = [&](int64_t key0, int st) {
     uint8_t* ks = stage_base + st * p.smem_kv_bytes;
     const int rows_valid = static_cast<int>(min(int64_t{p.bk}, k_hi - key0));  // >= 1
+    // Not unrolled: one copy of each path in the kernel's code, not two (the code is read from
+    // the L2 at every call's start; see the instruction-cache misses in the 4K profile).
 #pragma unroll
     for (int which = 0; which < 2; ++which) {
       const uint8_t* base = which == 0 ? k_base : v_base;
@@ -205,6 +272,14 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
       const int unit = which == 0 ? p.k_unit : p.v_unit;
       const int sstride = which == 0 ? p.sk_stride : p.sv_stride;
       uint8_t* dst0 = which == 0 ? ks : ks + k_tile_bytes;
+      if (which == 0 ? k_fast : v_fast) {
+        const int pass = which == 0 ? p.k_pass : p.v_pass;
+        const TileCopy c =
+            tile_copy_plan(base, stride, row_bytes, which == 0 ? p.k_lead16 : p.v_lead16,
+                           which == 0 ? p.div_k_units : p.div_v_units, pass, sstride, p.bk, tid);
+        copy_tile(c, base + key0 * stride, stride, rows_valid, p.bk, pass, dst0, sstride);
+        continue;
+      }
       // Contiguous: the whole tile is one run of rows `stride` apart. Paged: one run per page
       // the tile touches (its rows are `stride` apart inside the page), the page found in the
       // sequence's table; one division per tile (keys < 2^32: 32 bits), later pages start at
@@ -274,6 +349,18 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
   auto v_row_offset = [&](int64_t key) -> int {
     return static_cast<int>((v_off0 + static_cast<uint32_t>(key) * v_smod) & v_mask);
   };
+  // The rows a thread reads in each 16-key step (K: rows 8n + g; V: rows 2t, 2t + 1, 2t + 8,
+  // 2t + 9) sit at the same offsets in their slots in every step: keys 8 apart have the same lead
+  // (8 * stride & mask is 0: mask 3 with an even stride, or mask 15 with stride % 16 = 0), and
+  // every step starts a multiple of 16 keys after k_lo. So the byte offsets of a thread's rows from
+  // the step's first slot are per-thread constants: three of them (rows 8 apart differ by 8 slots).
+  // (Float rows are always 16-byte aligned, copy_mode: no lead, known at compile time.)
+  constexpr bool kFloatK = traits(KT).block_values == 1, kFloatV = traits(VT).block_values == 1;
+  const int k_slot = g * p.sk_stride + (kFloatK ? 0 : k_row_offset(k_lo + g));
+  const int v_slot0 = 2 * t * p.sv_stride + (kFloatV ? 0 : v_row_offset(k_lo + 2 * t));
+  const int v_slot1 =
+      kFloatV ? v_slot0 + p.sv_stride
+              : (2 * t + 1) * p.sv_stride + v_row_offset(k_lo + 2 * t + 1);
 
   const int64_t n_keys = k_hi - k_lo;
   const int n_tiles = n_keys + p.bk - 1 < (int64_t{1} << 31)
@@ -294,36 +381,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
   if (n_tiles > 0) issue_tile(k_lo, 0);
   cp_async_commit();
   {
-    // Q rows, scaled (and rotated for turbo K), as f32, 16-byte loads all in flight at once.
-    float* qs = reinterpret_cast<float*>(stage_base + p.smem_kv_bytes);  // row_block x dkc
-    const int per_row4 = p.dkc / 4, total4 = p.row_block * per_row4;
-    for (int base = 0; base < total4; base += 4 * kThreads) {
-      float4 v[4];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const int i = base + u * kThreads + tid;
-        const int r = fdiv(i, p.div_q4), d = 4 * (i - r * per_row4);
-        v[u] = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (i < total4 && r < rows_here && d < p.dk) {
-          const int rr = row0 + r, tok = fdiv(rr, p.div_group);
-          const int qh = kvh * p.group + rr - tok * p.group;
-          const float* src =
-              p.q + ((int64_t{seq} * p.n_q_tokens + tok) * p.n_q_heads + qh) * p.dk + d;
-          if (p.q_vec4) {
-            v[u] = __ldg(reinterpret_cast<const float4*>(src));
-          } else {
-            v[u] = make_float4(__ldg(src), __ldg(src + 1), __ldg(src + 2), __ldg(src + 3));
-          }
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const int i = base + u * kThreads + tid;
-        if (i < total4)
-          reinterpret_cast<float4*>(qs)[i] =
-              make_float4(v[u].x * p.scale, v[u].y * p.scale, v[u].z * p.scale, v[u].w * p.scale);
-      }
-    }
+    // Q rows (rotated for turbo K) as f32, then scaled and packed into fragments.
+    cp_async_wait<1>();  // Q's group: tile 0 may still be in flight
     __syncthreads();
     if constexpr (is_rotated(KT)) {
       const int groups = p.row_block * (p.dkc / 128);
@@ -346,7 +405,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
           const int ks = kslot + h;
           const int j = 4 * (c & 1) + 2 * (ks >> 3) + (ks & 1);
           const int d = k_dim(KT, c >> 1, (ks & 7) >> 1, j);
-          v2[h] = qs[r * p.dkc + d];
+          v2[h] = qs[r * p.dkc + d] * p.scale;
         }
         regs[reg] = pack2<kBfK>(v2[0], v2[1]);
       }
@@ -368,6 +427,12 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
   // The merge kernel (launched as a programmatic dependent) may start its launch now; it waits
   // for this grid's completion before it reads anything.
   asm volatile("griddepcontrol.launch_dependents;");
+
+  // The running state: accumulators, row maxima and sums (declared here, after the prologue).
+  float o[16][4];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m_run[2] = {kNegInf, kNegInf}, l_run[2] = {0.0f, 0.0f};
 
   // Up to n_stages tiles in flight: refill the stage of tile ti - 1 (consumed before the last
   // iteration's closing barrier) with tile ti + n_stages - 1, then wait for tile ti only.
@@ -404,7 +469,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
         const uint8_t* krow[2];
 #pragma unroll
         for (int n = 0; n < 2; ++n)
-          krow[n] = ks + (16 * s + 8 * n + g) * p.sk_stride + k_row_offset(j0 + 8 * n + g);
+          krow[n] = ks + (16 * s + 8 * n) * p.sk_stride + k_slot;
         const uint4* qf = q_frag + (mt * (p.dkc / 16)) * 32 + lane;
         for (int b = 0; b < p.dkc / 32; ++b) {
           const uint4 a0 = qf[(2 * b) * 32], a1 = qf[(2 * b + 1) * 32];  // shared by both n-tiles
@@ -437,6 +502,16 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
                                                   (!p.causal || j0 + 15 <= len - p.n_q_tokens) &&
                                                   (p.window == 0 || len - 1 - j0 < p.window));
         if (!all_visible) {
+          int64_t pos[2];
+          int tok_row[2];
+          float slope[2];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            tok_row[h] = row_tok(h);
+            pos[h] = len - p.n_q_tokens + tok_row[h];
+            const int r = min(row0 + mt * 16 + g + 8 * h, p.rows - 1);
+            slope[h] = p.has_alibi ? __ldg(p.alibi + kvh * p.group + r - tok_row[h] * p.group) : 0.0f;
+          }
 #pragma unroll
           for (int n = 0; n < 2; ++n)
 #pragma unroll
@@ -496,10 +571,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
         pa.w = pack2<kBfV>(sc[1][2], sc[1][3]);
         const uint8_t* vrow[4];
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          const int key = 2 * t + (kk & 1) + 8 * (kk >> 1);
-          vrow[kk] = vs + (16 * s + key) * p.sv_stride + v_row_offset(j0 + key);
-        }
+        for (int kk = 0; kk < 4; ++kk)
+          vrow[kk] = vs + (16 * s + 8 * (kk >> 1)) * p.sv_stride + ((kk & 1) ? v_slot1 : v_slot0);
         bool done = false;
         if constexpr (VT == KvType::f16 || VT == KvType::bf16) {
           if (nt == 16) {
