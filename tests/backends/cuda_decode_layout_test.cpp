@@ -83,6 +83,41 @@ TEST(CudaDecodeFormats, RowReadersMatchTheReferenceDecoder) {
   }
 }
 
+// The P.V dim order of 128-dim slices: every (lane, tile) one dim, every dim once, v_tile16 its
+// inverse; and for the packed orders, a lane's 16 dims read the few bytes its decoder loads.
+TEST(CudaDecodeFormats, VDim16IsAPermutationWithItsInverse) {
+  using enum KvType;
+  for (KvType t : {f16, bf16, q8_0, q4_0, turbo2, turbo3, turbo4}) {
+    std::set<int> seen;
+    for (int n = 0; n < 8; ++n) {
+      std::set<int> bytes;
+      for (int i = 0; i < 16; ++i) {
+        const int d = v_dim16(t, n, i);
+        ASSERT_GE(d, 0);
+        ASSERT_LT(d, 128);
+        EXPECT_TRUE(seen.insert(d).second) << to_string(t) << " dim " << d << " twice";
+        int n2 = -1, i2 = -1;
+        v_tile16(t, d, n2, i2);
+        EXPECT_EQ(n2, n) << to_string(t) << " d=" << d;
+        EXPECT_EQ(i2, i) << to_string(t) << " d=" << d;
+        if (t == q4_0) bytes.insert(32 * (d >> 5) + (d & 15));  // block byte of the nibble
+        if (t == turbo2 || t == turbo3) bytes.insert(d & 31);   // plane byte
+        if (t == turbo4) bytes.insert(d & 63);
+      }
+      // q4_0: 8 bytes of one block; turbo2/3: 4 plane bytes; turbo4: 8 bytes, all consecutive
+      // from the lane's first (v_frags_q4_0_16, v_frags_turbo16_packed load exactly those).
+      if (t == q4_0 || t == turbo2 || t == turbo3 || t == turbo4) {
+        const int want = (t == turbo2 || t == turbo3) ? 4 : 8;
+        const int first = t == q4_0 ? 32 * (n >> 1) + 8 * (n & 1) : want * n;
+        ASSERT_EQ(static_cast<int>(bytes.size()), want) << to_string(t) << " n=" << n;
+        EXPECT_EQ(*bytes.begin(), first) << to_string(t) << " n=" << n;
+        EXPECT_EQ(*bytes.rbegin(), first + want - 1) << to_string(t) << " n=" << n;
+      }
+    }
+    EXPECT_EQ(static_cast<int>(seen.size()), 128) << to_string(t);
+  }
+}
+
 AttentionProblem problem(int32_t q_tokens, int32_t qh, int32_t kvh, HeadDims d, int64_t cap) {
   AttentionProblem p;
   p.n_q_tokens = q_tokens;

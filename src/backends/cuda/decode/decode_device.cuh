@@ -153,41 +153,63 @@ __device__ __forceinline__ uint4 k_frag_quant(const uint8_t* row, int b, int t) 
   return r;
 }
 
-// P.V B operands for 16 contiguous dims (d0, 16-aligned within a 32-block) of four key rows,
-// q8_0 or q4_0: out[i] = {half2(V[k0][d0+i], V[k1][d0+i]), half2(V[k2][d0+i], V[k3][d0+i])}.
-template <KvType T, typename F>
-__device__ __forceinline__ void v_frags_quant16(const uint8_t* const (&vrow)[4], int d0, F&& use) {
-  constexpr int kBlockBytes = T == KvType::q8_0 ? 34 : 18;
+// P.V B operands for 16 contiguous dims (d0, 16-aligned within a 32-block) of four q8_0 key rows:
+// out[i] = {half2(V[k0][d0+i], V[k1][d0+i]), half2(V[k2][d0+i], V[k3][d0+i])}.
+template <typename F>
+__device__ __forceinline__ void v_frags_q8_0_16(const uint8_t* const (&vrow)[4], int d0, F&& use) {
   uint32_t w[4][8];
   uint32_t dd[4];
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
-    const uint8_t* blk = vrow[kk] + kBlockBytes * (d0 >> 5);
+    const uint8_t* blk = vrow[kk] + 34 * (d0 >> 5);
     dd[kk] = load_u16(blk);
-    const uint8_t* qs = blk + 2 + (T == KvType::q8_0 ? (d0 & 31) : 0);
+    const uint8_t* qs = blk + 2 + (d0 & 31);
 #pragma unroll
     for (int m = 0; m < 8; ++m) w[kk][m] = load_u16(qs + 2 * m);
   }
   const uint32_t d01 = __byte_perm(dd[0], dd[1], 0x5410u), d23 = __byte_perm(dd[2], dd[3], 0x5410u);
-  // q4_0: dims 16..31 of a block are the high nibbles, read in place (kH2_72), no shift.
-  const bool hi = T == KvType::q4_0 && ((d0 >> 4) & 1);
-  const uint32_t mask = hi ? 0x00f000f0u : 0x000f000fu;
-  const uint32_t base = hi ? 0x54005400u : 0x64006400u;
-  const uint32_t bias = hi ? kH2_72 : kH2_1032;
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
     const uint32_t sel = (i & 1) ? 0x7531u : 0x5410u;  // byte i of each u16 pair at bytes 0, 2
-    uint32_t x01 = __byte_perm(w[0][i >> 1], w[1][i >> 1], sel);
-    uint32_t x23 = __byte_perm(w[2][i >> 1], w[3][i >> 1], sel);
-    uint32_t b0, b1;
-    if constexpr (T == KvType::q8_0) {
-      b0 = h2_sub_mul(lop_and_xor(x01, 0x00ff00ffu, 0x64806480u), kH2_1152, d01);
-      b1 = h2_sub_mul(lop_and_xor(x23, 0x00ff00ffu, 0x64806480u), kH2_1152, d23);
-    } else {
-      b0 = h2_sub_mul((x01 & mask) | base, bias, d01);
-      b1 = h2_sub_mul((x23 & mask) | base, bias, d23);
-    }
-    use(i, b0, b1);
+    const uint32_t x01 = __byte_perm(w[0][i >> 1], w[1][i >> 1], sel);
+    const uint32_t x23 = __byte_perm(w[2][i >> 1], w[3][i >> 1], sel);
+    use(i, h2_sub_mul(lop_and_xor(x01, 0x00ff00ffu, 0x64806480u), kH2_1152, d01),
+        h2_sub_mul(lop_and_xor(x23, 0x00ff00ffu, 0x64806480u), kH2_1152, d23));
+  }
+}
+
+// P.V B operands of lane n's 16 dims (v_dim16) of four q4_0 key rows in 128-dim slice `slice`:
+// use(i, b0, b1) with b0 = half2(V[k0][dim], V[k1][dim]), b1 the same of k2, k3, dim =
+// v_dim16(q4_0, n, i). The lane's 8 bytes of its block are 4 u16 loads per row (16 dims, both
+// nibbles of each byte), one byte permute per word pairs two rows.
+template <typename F>
+__device__ __forceinline__ void v_frags_q4_0_16(const uint8_t* const (&vrow)[4], int n, int slice,
+                                                F&& use) {
+  uint32_t w[4][4], dd[4];
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const uint8_t* blk = vrow[kk] + 18 * (4 * slice + (n >> 1));
+    dd[kk] = load_u16(blk);
+    const uint8_t* qs = blk + 2 + 8 * (n & 1);
+#pragma unroll
+    for (int m = 0; m < 4; ++m) w[kk][m] = load_u16(qs + 2 * m);
+  }
+  const uint32_t d01 = __byte_perm(dd[0], dd[1], 0x5410u), d23 = __byte_perm(dd[2], dd[3], 0x5410u);
+  const uint32_t e_lo = opaque_u32(0x64006400u), e_hi = opaque_u32(0x54005400u);
+#pragma unroll
+  for (int m = 0; m < 4; ++m) {
+    // [k0 byte 2m, k0 byte 2m+1, k1 byte 2m, k1 byte 2m+1]; >> 8: byte 2m+1 of each in place
+    const uint32_t x01 = __byte_perm(w[0][m], w[1][m], 0x5410u);
+    const uint32_t x23 = __byte_perm(w[2][m], w[3][m], 0x5410u);
+    const uint32_t y01 = x01 >> 8, y23 = x23 >> 8;
+    use(4 * m + 0, h2_sub_mul(and_or<0x000f000fu>(x01, e_lo), kH2_1032, d01),
+        h2_sub_mul(and_or<0x000f000fu>(x23, e_lo), kH2_1032, d23));
+    use(4 * m + 1, h2_sub_mul(and_or<0x000f000fu>(y01, e_lo), kH2_1032, d01),
+        h2_sub_mul(and_or<0x000f000fu>(y23, e_lo), kH2_1032, d23));
+    use(4 * m + 2, h2_sub_mul(and_or<0x00f000f0u>(x01, e_hi), kH2_72, d01),
+        h2_sub_mul(and_or<0x00f000f0u>(x23, e_hi), kH2_72, d23));
+    use(4 * m + 3, h2_sub_mul(and_or<0x00f000f0u>(y01, e_hi), kH2_72, d01),
+        h2_sub_mul(and_or<0x00f000f0u>(y23, e_hi), kH2_72, d23));
   }
 }
 
@@ -258,43 +280,64 @@ __device__ __forceinline__ uint4 k_frag_turbo(const uint8_t* row, int b, int t,
   return make_uint4(h2_mul(r0.x, n2), h2_mul(r0.y, n2), h2_mul(r1.x, n2), h2_mul(r1.y, n2));
 }
 
-// P.V B operands for 16 contiguous dims d0 (16-aligned) of four key rows, turbo types.
+// P.V B operands of lane n's 16 dims (v_dim16) of four turbo key rows in group `grp_i` (a
+// 128-dim slice): use(i, b0, b1) as v_frags_q4_0_16. turbo2/3: the lane's 4 plane bytes (2 u16
+// loads per row; turbo3: the 4 bytes of their high bits, 2 more) give all 16 of its codes, where
+// 16 consecutive dims took 16 plane bytes and 16 high-bit bytes; turbo4: 8 bytes, both nibbles.
 template <KvType T, typename F>
-__device__ __forceinline__ void v_frags_turbo16(const uint8_t* const (&vrow)[4], int d0,
-                                                const TurboLut<T>& lut, F&& use) {
+__device__ __forceinline__ void v_frags_turbo16_packed(const uint8_t* const (&vrow)[4], int n,
+                                                       int grp_i, const TurboLut<T>& lut, F&& use) {
   constexpr int kGroupBytes = traits(T).block_bytes;
-  const int gi = (d0 & 127) >> 4;  // which 16 codes of the group
-  uint32_t w[4][8], hq[4][8], nn[4];
+  constexpr int kWords = T == KvType::turbo4 ? 4 : 2;
+  uint32_t w[4][kWords], hq[4][2], nn[4];
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
-    const uint8_t* grp = vrow[kk] + kGroupBytes * (d0 >> 7);
+    const uint8_t* grp = vrow[kk] + kGroupBytes * grp_i;
     nn[kk] = load_u16(grp);
-    const uint8_t* qs = grp + 2 + (T == KvType::turbo4 ? 16 * (gi & 3) : 16 * (gi & 1));
+    const uint8_t* qs = grp + 2 + (T == KvType::turbo4 ? 8 * n : 4 * n);
 #pragma unroll
-    for (int m = 0; m < 8; ++m) {
-      w[kk][m] = load_u16(qs + 2 * m);
-      hq[kk][m] = T == KvType::turbo3 ? load_u16(grp + 34 + 2 * m) : 0u;
-    }
+    for (int m = 0; m < kWords; ++m) w[kk][m] = load_u16(qs + 2 * m);
+#pragma unroll
+    for (int m = 0; m < 2; ++m)  // high bits of plane bytes 4n + 2m, +1: qh bytes (4n + 2m) & 15
+      hq[kk][m] = T == KvType::turbo3 ? load_u16(grp + 34 + ((4 * n + 2 * m) & 15)) : 0u;
   }
   const uint32_t n01 = __byte_perm(nn[0], nn[1], 0x5410u), n23 = __byte_perm(nn[2], nn[3], 0x5410u);
-  const int shift = T == KvType::turbo4 ? 4 * (gi >> 2) : 2 * (gi >> 1);
+  if constexpr (T == KvType::turbo4) {
 #pragma unroll
-  for (int m = 0; m < 8; ++m) {
-    uint32_t s01, s23;
-    if constexpr (T == KvType::turbo4) {
-      s01 = ((w[0][m] >> shift) & 0x0f0fu) | (((w[1][m] >> shift) << 4) & 0xf0f0u);
-      s23 = ((w[2][m] >> shift) & 0x0f0fu) | (((w[3][m] >> shift) << 4) & 0xf0f0u);
-    } else {
-      s01 = ((w[0][m] >> shift) & 0x0303u) | (((w[1][m] >> shift) << 4) & 0x3030u);
-      s23 = ((w[2][m] >> shift) & 0x0303u) | (((w[3][m] >> shift) << 4) & 0x3030u);
-      if constexpr (T == KvType::turbo3) {
-        s01 |= (((hq[0][m] >> gi) & 0x0101u) << 2) | (((hq[1][m] >> gi) & 0x0101u) << 6);
-        s23 |= (((hq[2][m] >> gi) & 0x0101u) << 2) | (((hq[3][m] >> gi) & 0x0101u) << 6);
+    for (int m = 0; m < 4; ++m) {
+      // nibbles [k0 b, k1 b, k0 b', k1 b'] of bytes b = 8n + 2m, b' = b + 1: low (dims b, b'),
+      // then high (dims b + 64, b' + 64)
+      const uint32_t s01_lo = (w[0][m] & 0x0f0fu) | ((w[1][m] << 4) & 0xf0f0u);
+      const uint32_t s23_lo = (w[2][m] & 0x0f0fu) | ((w[3][m] << 4) & 0xf0f0u);
+      const uint32_t s01_hi = ((w[0][m] >> 4) & 0x0f0fu) | (w[1][m] & 0xf0f0u);
+      const uint32_t s23_hi = ((w[2][m] >> 4) & 0x0f0fu) | (w[3][m] & 0xf0f0u);
+      const uint2 a = lut.lookup4(s01_lo), c = lut.lookup4(s23_lo);
+      use(4 * m + 0, h2_mul(a.x, n01), h2_mul(c.x, n23));
+      use(4 * m + 1, h2_mul(a.y, n01), h2_mul(c.y, n23));
+      const uint2 ah = lut.lookup4(s01_hi), ch = lut.lookup4(s23_hi);
+      use(4 * m + 2, h2_mul(ah.x, n01), h2_mul(ch.x, n23));
+      use(4 * m + 3, h2_mul(ah.y, n01), h2_mul(ch.y, n23));
+    }
+  } else {
+    const int hs = n >> 2;  // the high bit of plane byte b's code in plane y: bit (b >> 4) + 2y
+#pragma unroll
+    for (int y = 0; y < 4; ++y) {
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        // codes of plane y of bytes b = 4n + 2m and b + 1 of rows k0, k1: [k0 b, k1 b, k0 b+1,
+        // k1 b+1] (dims b + 32y, b + 1 + 32y)
+        uint32_t s01 = ((w[0][m] >> (2 * y)) & 0x0303u) | (((w[1][m] >> (2 * y)) << 4) & 0x3030u);
+        uint32_t s23 = ((w[2][m] >> (2 * y)) & 0x0303u) | (((w[3][m] >> (2 * y)) << 4) & 0x3030u);
+        if constexpr (T == KvType::turbo3) {
+          const int sh = hs + 2 * y;
+          s01 |= (((hq[0][m] >> sh) & 0x0101u) << 2) | (((hq[1][m] >> sh) & 0x0101u) << 6);
+          s23 |= (((hq[2][m] >> sh) & 0x0101u) << 2) | (((hq[3][m] >> sh) & 0x0101u) << 6);
+        }
+        const uint2 a = lut.lookup4(s01), c = lut.lookup4(s23);
+        use(4 * y + 2 * m, h2_mul(a.x, n01), h2_mul(c.x, n23));
+        use(4 * y + 2 * m + 1, h2_mul(a.y, n01), h2_mul(c.y, n23));
       }
     }
-    const uint2 a = lut.lookup4(s01), c = lut.lookup4(s23);  // dims 2m and 2m + 1
-    use(2 * m, h2_mul(a.x, n01), h2_mul(c.x, n23));
-    use(2 * m + 1, h2_mul(a.y, n01), h2_mul(c.y, n23));
   }
 }
 

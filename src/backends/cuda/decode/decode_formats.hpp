@@ -209,6 +209,54 @@ KVFLASH_HD float v_value(const uint8_t* row, int d, const float* lut) {
   }
 }
 
+// The V dims of the P.V B operands where a warp's slice is 128 dims (16 tiles of 8): lane n
+// (n = lane / 4, 0..7) holds dim v_dim16(type, n, i) of the slice in tile i (0..15), the output
+// rows are put back in dim order by v_tile16. The order makes a lane's 16 dims the fewest bytes of
+// a row, each read whole: q4_0, 8 bytes of one block (both nibbles: dims j and j + 16); turbo2 /
+// turbo3, 4 plane bytes (all four 2-bit codes: dims b + 32y; turbo3's high bits of those dims sit
+// in 4 bytes); turbo4, 8 bytes (both nibbles: dims b and b + 64). Other types: 16 consecutive dims.
+KVFLASH_HD int v_dim16(KvType type, int n, int i) {
+  switch (type) {
+    case KvType::q4_0:  // u16 word w = i >> 2 of the lane's 8 bytes, byte e, nibble h
+      return 32 * (n >> 1) + 8 * (n & 1) + 2 * (i >> 2) + (i & 1) + 16 * ((i >> 1) & 1);
+    case KvType::turbo2:
+    case KvType::turbo3:  // u16 word w = (i >> 1) & 1, byte e = i & 1, plane y = i >> 2
+      return 4 * n + 2 * ((i >> 1) & 1) + (i & 1) + 32 * (i >> 2);
+    case KvType::turbo4:  // u16 word w = i >> 2, byte e = i & 1, nibble h = (i >> 1) & 1
+      return 8 * n + 2 * (i >> 2) + (i & 1) + 64 * ((i >> 1) & 1);
+    default:
+      return 16 * n + i;
+  }
+}
+// The inverse: dim d (0..127) of the slice is tile i of lane n.
+KVFLASH_HD void v_tile16(KvType type, int d, int& n, int& i) {
+  switch (type) {
+    case KvType::q4_0: {
+      const int r = d & 31, m = r & 15;
+      n = 2 * (d >> 5) + (m >> 3);
+      i = 4 * ((m & 7) >> 1) + 2 * (r >> 4) + (m & 1);
+      return;
+    }
+    case KvType::turbo2:
+    case KvType::turbo3: {
+      const int b = d & 31;
+      n = b >> 2;
+      i = 4 * (d >> 5) + (b & 3);
+      return;
+    }
+    case KvType::turbo4: {
+      const int b = d & 63;
+      n = b >> 3;
+      i = 4 * ((b & 7) >> 1) + 2 * (d >> 6) + (b & 1);
+      return;
+    }
+    default:
+      n = d >> 4;
+      i = d & 15;
+      return;
+  }
+}
+
 // Dims the kernels compute over: K padded to the type's block and to whole 32-dim blocks (the
 // k_values granularity), V padded to the type's block.
 constexpr int32_t computed_dim_k(KvType t, int32_t d) {

@@ -596,9 +596,18 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
             done = true;
           }
         }
-        if constexpr (VT == KvType::q8_0 || VT == KvType::q4_0) {
+        if constexpr (VT == KvType::q8_0) {
           if (nt == 16) {
-            v_frags_quant16<VT>(vrow, dv0, [&](int i, uint32_t b0, uint32_t b1) {
+            v_frags_q8_0_16(vrow, dv0, [&](int i, uint32_t b0, uint32_t b1) {
+              mma16816<false>(o[i], pa, b0, b1);
+            });
+            done = true;
+          }
+        }
+        // q4_0 and turbo: the lane's 16 dims in v_dim16 order (the epilogue puts them back).
+        if constexpr (VT == KvType::q4_0) {
+          if (nt == 16) {
+            v_frags_q4_0_16(vrow, g, ds, [&](int i, uint32_t b0, uint32_t b1) {
               mma16816<false>(o[i], pa, b0, b1);
             });
             done = true;
@@ -606,7 +615,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
         }
         if constexpr (is_rotated(VT)) {
           if (nt == 16) {
-            v_frags_turbo16<VT>(vrow, dv0, tlut_v, [&](int i, uint32_t b0, uint32_t b1) {
+            v_frags_turbo16_packed<VT>(vrow, g, ds, tlut_v, [&](int i, uint32_t b0, uint32_t b1) {
               mma16816<false>(o[i], pa, b0, b1);
             });
             done = true;
@@ -681,12 +690,20 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
   __syncthreads();
   // Merge the key groups into natural order: element (r, d) sits in the warp of M tile r / 16
   // and V slice d / slice_w, lane g * 4 + t, accumulator tile i, entry h * 2 + e, where
-  // r % 16 = g + 8h and d % slice_w = (2t + e) * nt + i.
+  // r % 16 = g + 8h and d % slice_w = (2t + e) * nt + i (q4_0 and turbo V in 128-dim slices:
+  // d % 128 = v_dim16(VT, 2t + e, i)).
+  constexpr bool kVDim16 = VT == KvType::q4_0 || is_rotated(VT);
   for (int idx = tid; idx < rows_here * p.dvc; idx += kThreads) {
     const int r = fdiv(idx, p.div_dvc), d = idx - r * p.dvc;
     const int rm = r & 15, gg = rm & 7, h = rm >> 3;
     const int ds_r = fdiv(d, p.div_slice_w), rem = d - ds_r * p.slice_w;
-    const int slot = fdiv(rem, p.div_nt), i = rem - slot * nt;
+    int slot, i;
+    if (kVDim16 && nt == 16) {
+      v_tile16(VT, rem, slot, i);
+    } else {
+      slot = fdiv(rem, p.div_nt);
+      i = rem - slot * nt;
+    }
     const int item_r = ds_r * p.n_mtiles + (r >> 4);
     const int off = ((gg * 4 + (slot >> 1)) * kFragStride) + 4 * i + 2 * h + (slot & 1);
     float acc = 0.0f;
