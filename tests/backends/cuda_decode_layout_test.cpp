@@ -1,10 +1,14 @@
 // The CUDA decode family's host-visible parts, tested on the CPU: the per-type row readers (the
 // same code the kernels run) against dequantize_row_rotated, the K dim order against a
-// permutation, and the planner's layout and split choices.
+// permutation, the fragment decoders (decode_frags.hpp, the kernels' own code with host
+// equivalents of their intrinsics) against the row readers, and the planner's layout and split
+// choices.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <set>
@@ -12,6 +16,7 @@
 #include <vector>
 
 #include "backends/cuda/decode/decode_formats.hpp"
+#include "backends/cuda/decode/decode_frags.hpp"
 #include "backends/cuda/decode/decode_params.hpp"
 #include "backends/cuda/decode/decode_plan.hpp"
 #include "kvflash/turbo.hpp"
@@ -116,6 +121,101 @@ TEST(CudaDecodeFormats, VDim16IsAPermutationWithItsInverse) {
     }
     EXPECT_EQ(static_cast<int>(seen.size()), 128) << to_string(t);
   }
+}
+
+// The two halves of a half2 register as floats.
+float half_lo(uint32_t v) {
+  return half_to_float(static_cast<uint16_t>(v & 0xffffu));
+}
+float half_hi(uint32_t v) {
+  return half_to_float(static_cast<uint16_t>(v >> 16));
+}
+// A fragment value against the row reader's f32 product: the kernel rounds it to f16 once (q8_0,
+// q4_0: exact f16 factors); turbo also multiplies the f16-rounded centroid (the reader: the f32
+// one), so twice the bound there.
+template <KvType T>
+void expect_f16_of(float got, float want, const std::string& where) {
+  const float rel = is_rotated(T) ? 1.1f * 0x1p-10f : 0x1p-11f;
+  ASSERT_LE(std::abs(got - want), std::abs(want) * rel + 0x1p-24f) << where;
+}
+
+// K: the B operands of block b, thread t hold k_values' eight values in slot order.
+template <KvType T>
+void check_k_frags(int32_t n, std::mt19937& rng) {
+  const float* flut = is_rotated(T) ? turbo_centroids(T) : nullptr;
+  TurboLut<T> lut;
+  lut.init();
+  const int32_t dkc = computed_dim_k(T, n);
+  std::vector<uint8_t> buf = random_row(T, n, rng);
+  buf.resize(buf.size() + 4 * static_cast<size_t>(dkc), 0);
+  const uint8_t* row = buf.data() + lead(T);
+  for (int b = 0; b < dkc / 32; ++b)
+    for (int t = 0; t < 4; ++t) {
+      float x[8];
+      k_values<T>(row, b, t, flut, x);
+      frag4 w;
+      if constexpr (is_rotated(T))
+        w = k_frag_turbo<T>(row, b, t, lut);
+      else
+        w = k_frag_quant<T>(row, b, t);
+      const uint32_t regs[4] = {w.x, w.y, w.z, w.w};
+      for (int j = 0; j < 8; ++j) {
+        const float got = (j & 1) ? half_hi(regs[j >> 1]) : half_lo(regs[j >> 1]);
+        expect_f16_of<T>(got, x[j],
+                         fmt::format("{} n={} b={} t={} j={}", to_string(T), n, b, t, j));
+      }
+    }
+}
+
+// V: four rows (keys k0..k3) of each 128-dim slice; lane n's tile i holds {V[k0][d], V[k1][d]},
+// {V[k2][d], V[k3][d]} with d the slice's v_dim16 (q4_0, turbo) or 16n + i (q8_0).
+template <KvType T>
+void check_v_frags(int32_t n, std::mt19937& rng) {
+  const float* flut = is_rotated(T) ? turbo_centroids(T) : nullptr;
+  TurboLut<T> lut;
+  lut.init();
+  const int32_t dvc = computed_dim_v(T, n);
+  std::vector<std::vector<uint8_t>> bufs;
+  for (int k = 0; k < 4; ++k) bufs.push_back(random_row(T, n, rng));
+  const uint8_t* const vrow[4] = {bufs[0].data() + lead(T), bufs[1].data() + lead(T),
+                                  bufs[2].data() + lead(T), bufs[3].data() + lead(T)};
+  for (int slice = 0; slice < dvc / 128; ++slice)
+    for (int lane_n = 0; lane_n < 8; ++lane_n) {
+      int calls = 0;
+      auto use = [&](int i, uint32_t b0, uint32_t b1) {
+        ++calls;
+        const int d = 128 * slice + (T == KvType::q8_0 ? 16 * lane_n + i : v_dim16(T, lane_n, i));
+        const float got[4] = {half_lo(b0), half_hi(b0), half_lo(b1), half_hi(b1)};
+        for (int k = 0; k < 4; ++k)
+          expect_f16_of<T>(got[k], v_value<T>(vrow[k], d, flut),
+                           fmt::format("{} n={} slice={} lane={} tile={} key={} dim={}",
+                                       to_string(T), n, slice, lane_n, i, k, d));
+      };
+      if constexpr (T == KvType::q8_0)
+        v_frags_q8_0_16(vrow, 128 * slice + 16 * lane_n, use);
+      else if constexpr (T == KvType::q4_0)
+        v_frags_q4_0_16(vrow, lane_n, slice, use);
+      else
+        v_frags_turbo16_packed<T>(vrow, lane_n, slice, lut, use);
+      EXPECT_EQ(calls, 16) << to_string(T);
+    }
+}
+
+TEST(CudaDecodeFormats, FragmentDecodersMatchTheRowReaders) {
+  std::mt19937 rng(77);
+  for (int trial = 0; trial < 8; ++trial)
+    for (int32_t n : {128, 256, 512}) {
+      check_k_frags<KvType::q8_0>(n, rng);
+      check_k_frags<KvType::q4_0>(n, rng);
+      check_k_frags<KvType::turbo2>(n, rng);
+      check_k_frags<KvType::turbo3>(n, rng);
+      check_k_frags<KvType::turbo4>(n, rng);
+      check_v_frags<KvType::q8_0>(n, rng);
+      check_v_frags<KvType::q4_0>(n, rng);
+      check_v_frags<KvType::turbo2>(n, rng);
+      check_v_frags<KvType::turbo3>(n, rng);
+      check_v_frags<KvType::turbo4>(n, rng);
+    }
 }
 
 AttentionProblem problem(int32_t q_tokens, int32_t qh, int32_t kvh, HeadDims d, int64_t cap) {

@@ -1,0 +1,392 @@
+// The fragment decoders of the CUDA decode kernel, for the device and, with the same code, for the
+// host (the intrinsics they use have host equivalents below), so that a CPU test checks every
+// operand they build against the row readers of decode_formats.hpp: K rows into the B operands
+// of Q.K^T (k_frag_quant, k_frag_turbo: the k_dim order), V rows into the B operands of P.V
+// (v_frags_q8_0_16: 16 consecutive dims; v_frags_q4_0_16, v_frags_turbo16_packed: the v_dim16
+// order). Values come out as half2 bit patterns: (code - bias) * scale in f16, or for turbo the
+// codebook value times the norm in f16.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "backends/cuda/decode/decode_formats.hpp"
+#include "kvflash/formats.hpp"
+#include "kvflash/turbo.hpp"
+
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#include <vector_types.h>
+#endif
+
+namespace kvflash::cuda::decode {
+
+// Four and two 32-bit registers: CUDA's uint4 / uint2 where CUDA is, the same layout elsewhere.
+#if defined(__CUDACC__)
+using frag4 = ::uint4;
+using frag2 = ::uint2;
+KVFLASH_HD frag4 make_frag4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) {
+  return make_uint4(x, y, z, w);
+}
+KVFLASH_HD frag2 make_frag2(uint32_t x, uint32_t y) {
+  return make_uint2(x, y);
+}
+#else
+struct frag4 {
+  uint32_t x, y, z, w;
+};
+struct frag2 {
+  uint32_t x, y;
+};
+inline frag4 make_frag4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) {
+  return {x, y, z, w};
+}
+inline frag2 make_frag2(uint32_t x, uint32_t y) {
+  return {x, y};
+}
+#endif
+
+// __byte_perm: byte k of the result is byte (s >> 4k) & 7 of the 8 bytes {b, a} (a the low word).
+KVFLASH_HD uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t s) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(a, b, s);
+#else
+  const uint64_t x = (uint64_t{b} << 32) | a;
+  uint32_t r = 0;
+  for (int k = 0; k < 4; ++k)
+    r |= static_cast<uint32_t>((x >> (8 * ((s >> (4 * k)) & 7u))) & 0xffu) << (8 * k);
+  return r;
+#endif
+}
+// prmt in its default mode: as byte_perm, but a selector nibble with bit 3 set gives the selected
+// byte's top bit replicated over the byte (0x00 or 0xff).
+KVFLASH_HD uint32_t prmt_sign(uint32_t a, uint32_t b, uint32_t s) {
+#if defined(__CUDA_ARCH__)
+  uint32_t m;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(m) : "r"(a), "r"(b), "r"(s));
+  return m;
+#else
+  const uint64_t x = (uint64_t{b} << 32) | a;
+  uint32_t r = 0;
+  for (int k = 0; k < 4; ++k) {
+    const uint32_t nib = (s >> (4 * k)) & 15u;
+    uint32_t byte = static_cast<uint32_t>((x >> (8 * (nib & 7u))) & 0xffu);
+    if (nib & 8u) byte = (byte & 0x80u) ? 0xffu : 0u;
+    r |= byte << (8 * k);
+  }
+  return r;
+#endif
+}
+
+// (x & kMask) | bits as one LOP3. Written in C++ with both constants as immediates it compiles to
+// two (a LOP3 encodes one immediate); `bits` comes in a register (opaque_u32) instead.
+template <uint32_t kMask>
+KVFLASH_HD uint32_t and_or(uint32_t x, uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(x), "n"(kMask), "r"(bits));
+  return r;
+#else
+  return (x & kMask) | bits;
+#endif
+}
+// A constant the compiler keeps in a register rather than folding into each use.
+KVFLASH_HD uint32_t opaque_u32(uint32_t v) {
+#if defined(__CUDA_ARCH__)
+  uint32_t r;
+  asm("mov.b32 %0, %1;" : "=r"(r) : "r"(v));
+  return r;
+#else
+  return v;
+#endif
+}
+
+// Integer codes to f16 without conversions: a byte b placed under exponent bits 0x64 reads as
+// the half 1024 + b, so (half2 - bias) * scale is the value, rounded once like d * q in f32.
+KVFLASH_HD uint32_t h2_sub_mul(uint32_t x, uint32_t bias, uint32_t scale) {
+#if defined(__CUDA_ARCH__)
+  const __half2 r = __hmul2(
+      __hsub2(*reinterpret_cast<const __half2*>(&x), *reinterpret_cast<const __half2*>(&bias)),
+      *reinterpret_cast<const __half2*>(&scale));
+  return *reinterpret_cast<const uint32_t*>(&r);
+#else
+  uint32_t r = 0;
+  for (int k = 0; k < 2; ++k) {
+    const auto h = [&](uint32_t v) { return half_to_float(static_cast<uint16_t>(v >> (16 * k))); };
+    const uint16_t diff = fp32_to_fp16(static_cast<float>(double{h(x)} - double{h(bias)}));
+    r |= uint32_t{fp32_to_fp16(half_to_float(diff) * h(scale))} << (16 * k);
+  }
+  return r;
+#endif
+}
+KVFLASH_HD uint32_t h2_mul(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  const __half2 r =
+      __hmul2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
+  return *reinterpret_cast<const uint32_t*>(&r);
+#else
+  uint32_t r = 0;
+  for (int k = 0; k < 2; ++k) {
+    const float p = half_to_float(static_cast<uint16_t>(a >> (16 * k))) *
+                    half_to_float(static_cast<uint16_t>(b >> (16 * k)));
+    r |= uint32_t{fp32_to_fp16(p)} << (16 * k);
+  }
+  return r;
+#endif
+}
+KVFLASH_HD uint32_t lop_and_xor(uint32_t x, uint32_t mask, uint32_t c) {
+  return (x & mask) ^ c;  // one LOP3
+}
+inline constexpr uint32_t kH2_1152 = 0x64806480u;  // half2(1152, 1152): 1024 + 128 (int8 bias)
+inline constexpr uint32_t kH2_1032 = 0x64086408u;  // half2(1032, 1032): 1024 + 8 (q4_0 bias)
+// High nibbles without a shift: a nibble at bits 4-7 under exponent bits 0x54 reads as the half
+// 64 + n (the exponent of 64 makes a mantissa step of 16 worth 1), so the bias is 64 + 8.
+inline constexpr uint32_t kH2_72 = 0x54805480u;  // half2(72, 72)
+
+// B fragments of K for 32-dim block b, thread t (the k_dim order), for q8_0 and q4_0.
+template <KvType T>
+KVFLASH_HD frag4 k_frag_quant(const uint8_t* row, int b, int t) {
+  frag4 r;
+  if constexpr (T == KvType::q8_0) {
+    const uint8_t* blk = row + 34 * b;
+    const uint32_t d = load_u16(blk);
+    const uint32_t d2 = d | (d << 16);
+    uint32_t w[4];
+    KVFLASH_UNROLL
+    for (int k = 0; k < 4; ++k) {
+      // bytes q_2k, q_2k+1 -> [q ^ 0x80, 0x64, q' ^ 0x80, 0x64] = half2(1152 + q, 1152 + q')
+      const uint32_t x = byte_perm(load_u16(blk + 2 + 8 * t + 2 * k), 0u, 0x4140u);
+      w[k] = h2_sub_mul(lop_and_xor(x, 0x00ff00ffu, 0x64806480u), kH2_1152, d2);
+    }
+    r = make_frag4(w[0], w[1], w[2], w[3]);
+  } else {
+    const uint8_t* blk = row + 18 * b;
+    const uint32_t d = load_u16(blk);
+    const uint32_t d2 = d | (d << 16);
+    const uint32_t q = byte_perm(load_u16(blk + 2 + 4 * t), load_u16(blk + 4 + 4 * t), 0x5410u);
+    const uint32_t q8 = q >> 8;
+    const uint32_t e_lo = opaque_u32(0x64006400u), e_hi = opaque_u32(0x54005400u);
+    // nibbles of bytes 0 and 2 (and 1 and 3), low then high: the order 0, 2, 1, 3 of k_dim
+    r.x = h2_sub_mul(and_or<0x000f000fu>(q, e_lo), kH2_1032, d2);
+    r.y = h2_sub_mul(and_or<0x000f000fu>(q8, e_lo), kH2_1032, d2);
+    r.z = h2_sub_mul(and_or<0x00f000f0u>(q, e_hi), kH2_72, d2);
+    r.w = h2_sub_mul(and_or<0x00f000f0u>(q8, e_hi), kH2_72, d2);
+  }
+  return r;
+}
+
+// P.V B operands for 16 contiguous dims (d0, 16-aligned within a 32-block) of four q8_0 key rows:
+// out[i] = {half2(V[k0][d0+i], V[k1][d0+i]), half2(V[k2][d0+i], V[k3][d0+i])}.
+template <typename F>
+KVFLASH_HD void v_frags_q8_0_16(const uint8_t* const (&vrow)[4], int d0, F&& use) {
+  uint32_t w[4][8];
+  uint32_t dd[4];
+  KVFLASH_UNROLL
+  for (int kk = 0; kk < 4; ++kk) {
+    const uint8_t* blk = vrow[kk] + 34 * (d0 >> 5);
+    dd[kk] = load_u16(blk);
+    const uint8_t* qs = blk + 2 + (d0 & 31);
+    KVFLASH_UNROLL
+    for (int m = 0; m < 8; ++m) w[kk][m] = load_u16(qs + 2 * m);
+  }
+  const uint32_t d01 = byte_perm(dd[0], dd[1], 0x5410u), d23 = byte_perm(dd[2], dd[3], 0x5410u);
+  KVFLASH_UNROLL
+  for (int i = 0; i < 16; ++i) {
+    const uint32_t sel = (i & 1) ? 0x7531u : 0x5410u;  // byte i of each u16 pair at bytes 0, 2
+    const uint32_t x01 = byte_perm(w[0][i >> 1], w[1][i >> 1], sel);
+    const uint32_t x23 = byte_perm(w[2][i >> 1], w[3][i >> 1], sel);
+    use(i, h2_sub_mul(lop_and_xor(x01, 0x00ff00ffu, 0x64806480u), kH2_1152, d01),
+        h2_sub_mul(lop_and_xor(x23, 0x00ff00ffu, 0x64806480u), kH2_1152, d23));
+  }
+}
+
+// P.V B operands of lane n's 16 dims (v_dim16) of four q4_0 key rows in 128-dim slice `slice`:
+// use(i, b0, b1) with b0 = half2(V[k0][dim], V[k1][dim]), b1 the same of k2, k3, dim =
+// v_dim16(q4_0, n, i). The lane's 8 bytes of its block are 4 u16 loads per row (16 dims, both
+// nibbles of each byte), one byte permute per word pairs two rows.
+template <typename F>
+KVFLASH_HD void v_frags_q4_0_16(const uint8_t* const (&vrow)[4], int n, int slice, F&& use) {
+  uint32_t w[4][4], dd[4];
+  KVFLASH_UNROLL
+  for (int kk = 0; kk < 4; ++kk) {
+    const uint8_t* blk = vrow[kk] + 18 * (4 * slice + (n >> 1));
+    dd[kk] = load_u16(blk);
+    const uint8_t* qs = blk + 2 + 8 * (n & 1);
+    KVFLASH_UNROLL
+    for (int m = 0; m < 4; ++m) w[kk][m] = load_u16(qs + 2 * m);
+  }
+  const uint32_t d01 = byte_perm(dd[0], dd[1], 0x5410u), d23 = byte_perm(dd[2], dd[3], 0x5410u);
+  const uint32_t e_lo = opaque_u32(0x64006400u), e_hi = opaque_u32(0x54005400u);
+  KVFLASH_UNROLL
+  for (int m = 0; m < 4; ++m) {
+    // [k0 byte 2m, k0 byte 2m+1, k1 byte 2m, k1 byte 2m+1]; >> 8: byte 2m+1 of each in place
+    const uint32_t x01 = byte_perm(w[0][m], w[1][m], 0x5410u);
+    const uint32_t x23 = byte_perm(w[2][m], w[3][m], 0x5410u);
+    const uint32_t y01 = x01 >> 8, y23 = x23 >> 8;
+    use(4 * m + 0, h2_sub_mul(and_or<0x000f000fu>(x01, e_lo), kH2_1032, d01),
+        h2_sub_mul(and_or<0x000f000fu>(x23, e_lo), kH2_1032, d23));
+    use(4 * m + 1, h2_sub_mul(and_or<0x000f000fu>(y01, e_lo), kH2_1032, d01),
+        h2_sub_mul(and_or<0x000f000fu>(y23, e_lo), kH2_1032, d23));
+    use(4 * m + 2, h2_sub_mul(and_or<0x00f000f0u>(x01, e_hi), kH2_72, d01),
+        h2_sub_mul(and_or<0x00f000f0u>(x23, e_hi), kH2_72, d23));
+    use(4 * m + 3, h2_sub_mul(and_or<0x00f000f0u>(y01, e_hi), kH2_72, d01),
+        h2_sub_mul(and_or<0x00f000f0u>(y23, e_hi), kH2_72, d23));
+  }
+}
+
+template <KvType T>
+KVFLASH_HD float centroid(int i) {
+  // Local constexpr copies: host constants are not visible in device code, their values are.
+  if constexpr (T == KvType::turbo2) {
+    constexpr std::array<float, 4> c = kTurbo2Centroids;
+    return c[i & 3];
+  } else if constexpr (T == KvType::turbo3) {
+    constexpr std::array<float, 8> c = kTurbo3Centroids;
+    return c[i & 7];
+  } else if constexpr (T == KvType::turbo4) {
+    constexpr std::array<float, 16> c = kTurbo4Centroids;
+    return c[i & 15];
+  } else {
+    return 0.0f;
+  }
+}
+
+// Turbo centroids as byte tables for prmt lookups: lo[k] / hi[k] hold the low / high bytes of
+// the f16 centroids 4k .. 4k+3, so that one byte permute looks up four codes at once.
+template <KvType T>
+struct TurboLut {
+  uint32_t lo[4], hi[4];
+
+  KVFLASH_HD void init();
+
+  // Codes c0..c3 in the selector's nibbles -> {half2(v(c0), v(c1)), half2(v(c2), v(c3))}.
+  KVFLASH_HD frag2 lookup4(uint32_t s) const {
+    uint32_t l, h;
+    if constexpr (T == KvType::turbo2) {
+      l = byte_perm(lo[0], 0u, s);
+      h = byte_perm(hi[0], 0u, s);
+    } else if constexpr (T == KvType::turbo3) {
+      l = byte_perm(lo[0], lo[1], s);
+      h = byte_perm(hi[0], hi[1], s);
+    } else {
+      // 16 entries: look up in both halves with the low 3 bits, then pick per byte by bit 3
+      // (a sign-replicating prmt turns bit 3 of each nibble into a 0x00 / 0xff byte mask).
+      const uint32_t s7 = s & 0x7777u;
+      const uint32_t m = prmt_sign(0x8000u, 0u, ((s >> 3) & 0x1111u) | 0x8888u);
+      l = (byte_perm(lo[0], lo[1], s7) & ~m) | (byte_perm(lo[2], lo[3], s7) & m);
+      h = (byte_perm(hi[0], hi[1], s7) & ~m) | (byte_perm(hi[2], hi[3], s7) & m);
+    }
+    return make_frag2(byte_perm(l, h, 0x5140u), byte_perm(l, h, 0x7362u));
+  }
+};
+
+// B fragments of K for 32-dim block b, thread t (the k_dim order), for the turbo types.
+template <KvType T>
+KVFLASH_HD frag4 k_frag_turbo(const uint8_t* row, int b, int t, const TurboLut<T>& lut) {
+  constexpr int kGroupBytes = traits(T).block_bytes;
+  const uint8_t* grp = row + kGroupBytes * (b >> 2);
+  const uint32_t n = load_u16(grp);
+  const uint32_t n2 = n | (n << 16);
+  frag2 r0, r1;
+  if constexpr (T == KvType::turbo4) {
+    const int off = 2 + 16 * (b & 3) + 4 * t;
+    const uint32_t w = byte_perm(load_u16(grp + off), load_u16(grp + off + 2), 0x5410u);
+    r0 = lut.lookup4((w & 0x0f0fu) | ((w >> 12) & 0xf0f0u));         // low nibbles 0, 2, 1, 3
+    r1 = lut.lookup4(((w >> 4) & 0x0f0fu) | ((w >> 16) & 0xf0f0u));  // high nibbles
+  } else {
+    const int i0 = 8 * (b & 3) + 2 * t;
+    const uint32_t q = load_u16(grp + 2 + i0);
+    uint32_t s0 = q & 0x3333u, s1 = (q >> 2) & 0x3333u;  // planes 0, 2 and 1, 3 of bytes 0, 1
+    if constexpr (T == KvType::turbo3) {
+      const uint32_t h = uint32_t{load_u16(grp + 34 + (i0 & 15))} >> (i0 >> 4);
+      s0 |= (h & 0x1111u) << 2;
+      s1 |= ((h >> 2) & 0x1111u) << 2;
+    }
+    r0 = lut.lookup4(s0);
+    r1 = lut.lookup4(s1);
+  }
+  return make_frag4(h2_mul(r0.x, n2), h2_mul(r0.y, n2), h2_mul(r1.x, n2), h2_mul(r1.y, n2));
+}
+
+// P.V B operands of lane n's 16 dims (v_dim16) of four turbo key rows in group `grp_i` (a
+// 128-dim slice): use(i, b0, b1) as v_frags_q4_0_16. turbo2/3: the lane's 4 plane bytes (2 u16
+// loads per row; turbo3: the 4 bytes of their high bits, 2 more) give all 16 of its codes, where
+// 16 consecutive dims took 16 plane bytes and 16 high-bit bytes; turbo4: 8 bytes, both nibbles.
+template <KvType T, typename F>
+KVFLASH_HD void v_frags_turbo16_packed(const uint8_t* const (&vrow)[4], int n, int grp_i,
+                                       const TurboLut<T>& lut, F&& use) {
+  constexpr int kGroupBytes = traits(T).block_bytes;
+  constexpr int kWords = T == KvType::turbo4 ? 4 : 2;
+  uint32_t w[4][kWords], hq[4][2], nn[4];
+  KVFLASH_UNROLL
+  for (int kk = 0; kk < 4; ++kk) {
+    const uint8_t* grp = vrow[kk] + kGroupBytes * grp_i;
+    nn[kk] = load_u16(grp);
+    const uint8_t* qs = grp + 2 + (T == KvType::turbo4 ? 8 * n : 4 * n);
+    KVFLASH_UNROLL
+    for (int m = 0; m < kWords; ++m) w[kk][m] = load_u16(qs + 2 * m);
+    KVFLASH_UNROLL
+    for (int m = 0; m < 2; ++m)  // high bits of plane bytes 4n + 2m, +1: qh bytes (4n + 2m) & 15
+      hq[kk][m] = T == KvType::turbo3 ? load_u16(grp + 34 + ((4 * n + 2 * m) & 15)) : 0u;
+  }
+  const uint32_t n01 = byte_perm(nn[0], nn[1], 0x5410u), n23 = byte_perm(nn[2], nn[3], 0x5410u);
+  if constexpr (T == KvType::turbo4) {
+    KVFLASH_UNROLL
+    for (int m = 0; m < 4; ++m) {
+      // nibbles [k0 b, k1 b, k0 b', k1 b'] of bytes b = 8n + 2m, b' = b + 1: low (dims b, b'),
+      // then high (dims b + 64, b' + 64)
+      const uint32_t s01_lo = (w[0][m] & 0x0f0fu) | ((w[1][m] << 4) & 0xf0f0u);
+      const uint32_t s23_lo = (w[2][m] & 0x0f0fu) | ((w[3][m] << 4) & 0xf0f0u);
+      const uint32_t s01_hi = ((w[0][m] >> 4) & 0x0f0fu) | (w[1][m] & 0xf0f0u);
+      const uint32_t s23_hi = ((w[2][m] >> 4) & 0x0f0fu) | (w[3][m] & 0xf0f0u);
+      const frag2 a = lut.lookup4(s01_lo), c = lut.lookup4(s23_lo);
+      use(4 * m + 0, h2_mul(a.x, n01), h2_mul(c.x, n23));
+      use(4 * m + 1, h2_mul(a.y, n01), h2_mul(c.y, n23));
+      const frag2 ah = lut.lookup4(s01_hi), ch = lut.lookup4(s23_hi);
+      use(4 * m + 2, h2_mul(ah.x, n01), h2_mul(ch.x, n23));
+      use(4 * m + 3, h2_mul(ah.y, n01), h2_mul(ch.y, n23));
+    }
+  } else {
+    const int hs = n >> 2;  // the high bit of plane byte b's code in plane y: bit (b >> 4) + 2y
+    KVFLASH_UNROLL
+    for (int y = 0; y < 4; ++y) {
+      KVFLASH_UNROLL
+      for (int m = 0; m < 2; ++m) {
+        // codes of plane y of bytes b = 4n + 2m and b + 1 of rows k0, k1: [k0 b, k1 b, k0 b+1,
+        // k1 b+1] (dims b + 32y, b + 1 + 32y)
+        uint32_t s01 = ((w[0][m] >> (2 * y)) & 0x0303u) | (((w[1][m] >> (2 * y)) << 4) & 0x3030u);
+        uint32_t s23 = ((w[2][m] >> (2 * y)) & 0x0303u) | (((w[3][m] >> (2 * y)) << 4) & 0x3030u);
+        if constexpr (T == KvType::turbo3) {
+          const int sh = hs + 2 * y;
+          s01 |= (((hq[0][m] >> sh) & 0x0101u) << 2) | (((hq[1][m] >> sh) & 0x0101u) << 6);
+          s23 |= (((hq[2][m] >> sh) & 0x0101u) << 2) | (((hq[3][m] >> sh) & 0x0101u) << 6);
+        }
+        const frag2 a = lut.lookup4(s01), c = lut.lookup4(s23);
+        use(4 * y + 2 * m, h2_mul(a.x, n01), h2_mul(c.x, n23));
+        use(4 * y + 2 * m + 1, h2_mul(a.y, n01), h2_mul(c.y, n23));
+      }
+    }
+  }
+}
+
+template <KvType T>
+KVFLASH_HD void TurboLut<T>::init() {
+  KVFLASH_UNROLL
+  for (int k = 0; k < 4; ++k) lo[k] = hi[k] = 0u;
+  if constexpr (is_rotated(T)) {
+    // Evaluated at compile time: traits() is host code, usable in device code only as a constant.
+    constexpr int kCodes = 1 << traits(T).code_bits;
+    KVFLASH_UNROLL
+    for (int e = 0; e < kCodes; ++e) {
+#if defined(__CUDA_ARCH__)
+      const uint32_t hb = __half_as_ushort(__float2half_rn(centroid<T>(e)));
+#else
+      const uint32_t hb = fp32_to_fp16(centroid<T>(e));
+#endif
+      lo[e >> 2] |= (hb & 0xffu) << (8 * (e & 3));
+      hi[e >> 2] |= (hb >> 8) << (8 * (e & 3));
+    }
+  }
+}
+
+}  // namespace kvflash::cuda::decode
