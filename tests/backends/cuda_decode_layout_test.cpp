@@ -139,12 +139,18 @@ void expect_f16_of(float got, float want, const std::string& where) {
   ASSERT_LE(std::abs(got - want), std::abs(want) * rel + 0x1p-24f) << where;
 }
 
+// A type's centroids for the row readers (f32) and the fragment decoders (f16 byte tables).
+template <KvType T>
+struct Codebooks {
+  const float* flut = is_rotated(T) ? turbo_centroids(T) : nullptr;
+  TurboLut<T> lut;
+  Codebooks() { lut.init(); }
+};
+
 // K: the B operands of block b, thread t hold k_values' eight values in slot order.
 template <KvType T>
 void check_k_frags(int32_t n, std::mt19937& rng) {
-  const float* flut = is_rotated(T) ? turbo_centroids(T) : nullptr;
-  TurboLut<T> lut;
-  lut.init();
+  const Codebooks<T> cb;
   const int32_t dkc = computed_dim_k(T, n);
   std::vector<uint8_t> buf = random_row(T, n, rng);
   buf.resize(buf.size() + 4 * static_cast<size_t>(dkc), 0);
@@ -152,10 +158,10 @@ void check_k_frags(int32_t n, std::mt19937& rng) {
   for (int b = 0; b < dkc / 32; ++b)
     for (int t = 0; t < 4; ++t) {
       float x[8];
-      k_values<T>(row, b, t, flut, x);
+      k_values<T>(row, b, t, cb.flut, x);
       frag4 w;
       if constexpr (is_rotated(T))
-        w = k_frag_turbo<T>(row, b, t, lut);
+        w = k_frag_turbo<T>(row, b, t, cb.lut);
       else
         w = k_frag_quant<T>(row, b, t);
       const uint32_t regs[4] = {w.x, w.y, w.z, w.w};
@@ -171,9 +177,7 @@ void check_k_frags(int32_t n, std::mt19937& rng) {
 // {V[k2][d], V[k3][d]} with d the slice's v_dim16 (q4_0, turbo) or 16n + i (q8_0).
 template <KvType T>
 void check_v_frags(int32_t n, std::mt19937& rng) {
-  const float* flut = is_rotated(T) ? turbo_centroids(T) : nullptr;
-  TurboLut<T> lut;
-  lut.init();
+  const Codebooks<T> cb;
   const int32_t dvc = computed_dim_v(T, n);
   std::vector<std::vector<uint8_t>> bufs;
   for (int k = 0; k < 4; ++k) bufs.push_back(random_row(T, n, rng));
@@ -187,7 +191,7 @@ void check_v_frags(int32_t n, std::mt19937& rng) {
         const int d = 128 * slice + (T == KvType::q8_0 ? 16 * lane_n + i : v_dim16(T, lane_n, i));
         const float got[4] = {half_lo(b0), half_hi(b0), half_lo(b1), half_hi(b1)};
         for (int k = 0; k < 4; ++k)
-          expect_f16_of<T>(got[k], v_value<T>(vrow[k], d, flut),
+          expect_f16_of<T>(got[k], v_value<T>(vrow[k], d, cb.flut),
                            fmt::format("{} n={} slice={} lane={} tile={} key={} dim={}",
                                        to_string(T), n, slice, lane_n, i, k, d));
       };
@@ -196,7 +200,7 @@ void check_v_frags(int32_t n, std::mt19937& rng) {
       else if constexpr (T == KvType::q4_0)
         v_frags_q4_0_16(vrow, lane_n, slice, use);
       else
-        v_frags_turbo16_packed<T>(vrow, lane_n, slice, lut, use);
+        v_frags_turbo16_packed<T>(vrow, lane_n, slice, cb.lut, use);
       EXPECT_EQ(calls, 16) << to_string(T);
     }
 }
