@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "backends/cuda/decode/decode_kernel.cuh"
+#include "backends/cuda/decode/decode_merge.cuh"
 
 namespace kvflash::cuda::decode {
 

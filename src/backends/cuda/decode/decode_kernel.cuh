@@ -1,158 +1,28 @@
 // The CUDA decode kernel: one CTA per (KV split, KV head and query-row block, sequence).
 //
 // Each CTA streams its contiguous range of keys through shared memory in tiles of raw (still
-// quantized) K and V rows, copied with cp.async two stages deep, so every KV byte is read from
-// device memory once per KV head: all query heads of the GQA group and all query tokens share
-// the tile. Tensor cores do both products (mma.m16n8k16, f32 accumulation): the query rows
-// (token x head of the group) are the M dimension, 16 keys the N dimension of Q.K^T, and the
-// scores, kept in registers, become the A operand of P.V. K and V are decoded from shared
-// memory straight into fragment registers (decode_formats.hpp); turbo types are read in the
-// rotated domain (Q rotated in the prologue; the output is rotated back when finalized).
+// quantized) K and V rows, copied with cp.async (decode_copy.cuh) two or three stages deep, so
+// every KV byte is read from device memory once per KV head: all query heads of the GQA group
+// and all query tokens share the tile. Tensor cores do both products (mma.m16n8k16, f32
+// accumulation): the query rows (token x head of the group) are the M dimension, 16 keys the N
+// dimension of Q.K^T, and the scores, kept in registers, become the A operand of P.V. K and V are
+// decoded from shared memory straight into fragment registers (decode_frags.hpp); turbo types are
+// read in the rotated domain (Q rotated in the prologue; the output is rotated back when
+// finalized).
 //
 // Warps: 4 per CTA, each owning one 16-row M tile, one slice of <= 128 V dims, and one of
 // n_kgroups interleaved subsets of each tile's 16-key steps; warps of different key subsets are
 // merged through shared memory at the end. A CTA either finalizes its rows (one split) or writes
-// its partial state {o, m, l} to the workspace for decode_merge_kernel.
+// its partial state {o, m, l} to the workspace for decode_merge_kernel (decode_merge.cuh).
 #pragma once
 
 #include <cstdint>
 
+#include "backends/cuda/decode/decode_copy.cuh"
 #include "backends/cuda/decode/decode_device.cuh"
 #include "backends/cuda/decode/decode_instances.hpp"
 
 namespace kvflash::cuda::decode {
-
-// ---------------------------------------------------------------------------------------------
-// The tile copy
-
-// One copy unit of a row into its shared-memory slot (`ok` false: zero-filled, nothing read).
-// Lead (always for U = 4): the slot holds the row from its start rounded down to U bytes (the
-// row's data begins at byte address & (U - 1), see the row offsets in the kernel); the last unit
-// reads only the row's bytes (the first may read up to U - 1 bytes before the row, inside the same
-// aligned U bytes of its allocation).
-template <int U, bool kLead>
-__device__ __forceinline__ void copy_unit(uint8_t* dst, const uint8_t* row, int u, int row_bytes,
-                                          bool ok) {
-  if constexpr (U == 4 || kLead) {
-    const uint8_t* a0 =
-        reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(row) & ~uintptr_t{U - 1});
-    const uint8_t* src = a0 + U * u;
-    const int left = static_cast<int>((row + row_bytes) - src);
-    const int n = ok ? (left < 0 ? 0 : (left > U ? U : left)) : 0;
-    cp_async<U>(dst, n > 0 ? src : a0, n);
-  } else {
-    cp_async<U>(dst, row + U * u, ok ? U : 0);
-  }
-}
-
-// Rows 0 .. rows - 1 of `stride` bytes apart from src0 into slots `sstride` apart at dst0, in units
-// of U bytes; rows from rows_valid on are zero-filled (their source is row 0, not read). `units`:
-// copy units per row (with a lead: enough for the largest lead, see copy_mode on the host; else
-// row_bytes / U), `pass` = kThreads / units (both from the host).
-template <int U, bool kLead>
-__device__ __forceinline__ void copy_rows(const uint8_t* src0, int64_t stride, int rows_valid,
-                                          int rows, int row_bytes, const FastDiv& units, int pass,
-                                          uint8_t* dst0, int sstride, int tid) {
-  const int per_row = units.d;
-  if (per_row <= kThreads) {
-    const int r0 = fdiv(tid, units);
-    const int u = tid - r0 * per_row;
-    if (r0 >= pass) return;
-    const uint8_t* row = src0 + r0 * stride;
-    uint8_t* dst = dst0 + r0 * sstride + U * u;
-    const int64_t row_step = pass * stride;
-    const int dst_step = pass * sstride;
-    if constexpr (kLead && U == 16) {
-      // The lead is the same for every row (the host's condition: stride % 16 == 0), so this
-      // thread's unit has one source offset and byte count for all its rows: the loop is the
-      // copy and two pointer steps. A unit wholly past the row's end (a CTA whose lead is below
-      // the largest) is not copied: nothing reads a slot past its row's data.
-      const int lead = static_cast<int>(reinterpret_cast<uintptr_t>(src0) & 15);
-      const int n = min(16, lead + row_bytes - 16 * u);
-      if (n <= 0) return;
-      const uint8_t* base0 = src0 - lead;  // 16-byte aligned; source of the zero-filled rows
-      const uint8_t* src = base0 + int64_t{r0} * stride + 16 * u;
-      if (rows_valid >= rows) {
-        for (int r = r0; r < rows; r += pass, src += row_step, dst += dst_step)
-          cp_async<16>(dst, src, n);
-      } else {
-        for (int r = r0; r < rows; r += pass, src += row_step, dst += dst_step) {
-          const bool ok = r < rows_valid;
-          cp_async<16>(dst, ok ? src : base0, ok ? n : 0);
-        }
-      }
-      return;
-    }
-    if (rows_valid >= rows) {  // every tile but a range's last: no row is past the end
-      for (int r = r0; r < rows; r += pass, row += row_step, dst += dst_step)
-        copy_unit<U, kLead>(dst, row, u, row_bytes, true);
-    } else {
-      for (int r = r0; r < rows; r += pass, row += row_step, dst += dst_step) {
-        const bool ok = r < rows_valid;
-        copy_unit<U, kLead>(dst, ok ? row : src0, u, row_bytes, ok);
-      }
-    }
-  } else {  // rows longer than kThreads units (wide f32 rows): every thread on every row
-#pragma unroll 1
-    for (int r = 0; r < rows; ++r) {
-      const bool ok = r < rows_valid;
-      const uint8_t* row = ok ? src0 + r * stride : src0;
-#pragma unroll 1
-      for (int u = tid; u < per_row; u += kThreads)
-        copy_unit<U, kLead>(dst0 + r * sstride + U * u, row, u, row_bytes, ok);
-    }
-  }
-}
-
-// One thread's share of the tile copy of a contiguous tensor in 16-byte units (aligned rows, or
-// rows with one lead per CTA: see copy_rows): unit u of rows r0, r0 + pass, ... of every tile,
-// a few instructions to work out (the general path's per-tile setup, page lookup and unit
-// dispatch included, was ~145 instructions per warp and tile, ~18% of all executed for q4_0 at
-// 1M tokens; kept live across the loop instead it made the kernel spill).
-struct TileCopy {
-  int64_t src_off;  // from the tile's first row: r0 * stride + 16 * u - lead
-  int32_t dst_off;  // from the tile's slot base: r0 * sstride + 16 * u
-  int32_t r0;       // first row (>= bk: this thread copies nothing of this tensor)
-  int32_t n;        // bytes read per row, 1..16
-  int32_t lead;     // the CTA's lead (0 for aligned rows)
-};
-
-__device__ __forceinline__ TileCopy tile_copy_plan(const uint8_t* base, int64_t stride,
-                                                   int row_bytes, bool lead16,
-                                                   const FastDiv& units, int pass, int sstride,
-                                                   int bk, int tid) {
-  TileCopy c;
-  const int per_row = units.d;
-  c.r0 = fdiv(tid, units);
-  const int u = tid - c.r0 * per_row;
-  c.lead = lead16 ? static_cast<int>(reinterpret_cast<uintptr_t>(base) & 15) : 0;
-  c.n = min(16, c.lead + row_bytes - 16 * u);
-  if (c.r0 >= pass || c.n <= 0) c.r0 = bk;  // a unit past every row's end: nothing to copy
-  c.src_off = int64_t{c.r0} * stride + 16 * u - c.lead;
-  c.dst_off = c.r0 * sstride + 16 * u;
-  return c;
-}
-
-// The tile of rows_valid (>= 1) rows from `row0` (the tile's first row) into `dst0`; rows from
-// rows_valid to bk are zero-filled, their source the tile's first row, not read.
-__device__ __forceinline__ void copy_tile(const TileCopy& c, const uint8_t* row0, int64_t stride,
-                                          int rows_valid, int bk, int pass, uint8_t* dst0,
-                                          int sstride) {
-  const uint8_t* src = row0 + c.src_off;
-  uint8_t* dst = dst0 + c.dst_off;
-  const int64_t row_step = pass * stride;
-  const int dst_step = pass * sstride;
-  if (rows_valid >= bk) {
-    for (int r = c.r0; r < bk; r += pass, src += row_step, dst += dst_step)
-      cp_async<16>(dst, src, c.n);
-  } else {
-    const uint8_t* zero_src = row0 - c.lead;  // 16-byte aligned
-    for (int r = c.r0; r < bk; r += pass, src += row_step, dst += dst_step) {
-      const bool ok = r < rows_valid;
-      cp_async<16>(dst, ok ? src : zero_src, ok ? c.n : 0);
-    }
-  }
-}
 
 // ---------------------------------------------------------------------------------------------
 // The kernel
@@ -190,8 +60,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
       const bool ok = r < rows_here && d < p.dk;
       const int rr = row0 + (ok ? r : 0), tok = fdiv(rr, p.div_group);
       const int qh = kvh * p.group + rr - tok * p.group;
-      const float* src = p.q + ((int64_t{seq} * p.n_q_tokens + tok) * p.n_q_heads + qh) * p.dk +
-                         (ok ? d : 0);
+      const float* src =
+          p.q + ((int64_t{seq} * p.n_q_tokens + tok) * p.n_q_heads + qh) * p.dk + (ok ? d : 0);
       if (p.q_vec4) {
         cp_async<16>(qs + 4 * i, src, ok ? 16 : 0);
       } else {
@@ -239,7 +109,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
   // Per-row facts for this thread's rows g + 8h of its M tile, worked out where a step needs them
   // (masks, ALiBi, visibility: not in the usual all-visible step), so that they take no registers
   // across the key loop, which runs at the 128-register bound.
-  auto row_tok = [&](int h) { return fdiv(min(row0 + mt * 16 + g + 8 * h, p.rows - 1), p.div_group); };
+  auto row_tok = [&](int h) {
+    return fdiv(min(row0 + mt * 16 + g + 8 * h, p.rows - 1), p.div_group);
+  };
 
   TurboLut<KT> tlut_k;
   TurboLut<VT> tlut_v;
@@ -359,8 +231,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
   const int k_slot = g * p.sk_stride + (kFloatK ? 0 : k_row_offset(k_lo + g));
   const int v_slot0 = 2 * t * p.sv_stride + (kFloatV ? 0 : v_row_offset(k_lo + 2 * t));
   const int v_slot1 =
-      kFloatV ? v_slot0 + p.sv_stride
-              : (2 * t + 1) * p.sv_stride + v_row_offset(k_lo + 2 * t + 1);
+      kFloatV ? v_slot0 + p.sv_stride : (2 * t + 1) * p.sv_stride + v_row_offset(k_lo + 2 * t + 1);
 
   const int64_t n_keys = k_hi - k_lo;
   const int n_tiles = n_keys + p.bk - 1 < (int64_t{1} << 31)
@@ -468,8 +339,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
         float sc[2][4] = {};
         const uint8_t* krow[2];
 #pragma unroll
-        for (int n = 0; n < 2; ++n)
-          krow[n] = ks + (16 * s + 8 * n) * p.sk_stride + k_slot;
+        for (int n = 0; n < 2; ++n) krow[n] = ks + (16 * s + 8 * n) * p.sk_stride + k_slot;
         const uint4* qf = q_frag + (mt * (p.dkc / 16)) * 32 + lane;
         for (int b = 0; b < p.dkc / 32; ++b) {
           const uint4 a0 = qf[(2 * b) * 32], a1 = qf[(2 * b + 1) * 32];  // shared by both n-tiles
@@ -510,7 +380,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
             tok_row[h] = row_tok(h);
             pos[h] = len - p.n_q_tokens + tok_row[h];
             const int r = min(row0 + mt * 16 + g + 8 * h, p.rows - 1);
-            slope[h] = p.has_alibi ? __ldg(p.alibi + kvh * p.group + r - tok_row[h] * p.group) : 0.0f;
+            slope[h] =
+                p.has_alibi ? __ldg(p.alibi + kvh * p.group + r - tok_row[h] * p.group) : 0.0f;
           }
 #pragma unroll
           for (int n = 0; n < 2; ++n)
@@ -730,120 +601,6 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
     float* pml = p.part + int64_t{p.n_seqs} * p.n_kv_heads * p.n_splits * p.rows * p.dvc +
                  slot * p.rows * 2 + 2 * row0;
     for (int i = tid; i < rows_here * 2; i += kThreads) pml[i] = ml_final[i];
-  }
-}
-
-// Merges the n_splits partial states of one (sequence, KV head, row) per CTA and finalizes it.
-// Warp w takes splits w, w + kMergeWarps, ..., kMergeBatch of them per round with all their
-// loads (m, l and o; lanes hold 4 dims each, 16-byte loads) in flight at once, and folds each
-// round into its running state like the online softmax; the warps' states meet in shared memory.
-// Up to kMergeWarps * kMergeBatch = 64 splits take one memory round trip after the decode grid.
-template <KvType VT>
-__global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const DecodeParams p) {
-  constexpr int kBatch = kMergeBatch;
-  extern __shared__ __align__(16) uint8_t smem[];
-  __shared__ uint32_t sign_words[4];
-  __shared__ float warp_m[kMergeWarps], warp_l[kMergeWarps];
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  if (tid < 4) sign_words[tid] = sign_word(tid);
-  const int64_t row_id = blockIdx.x;  // over seqs x kv heads x rows
-  // (seqs x kv heads x rows < 2^31: the plan caps sequences at 65535)
-  const int head_row = fdiv(static_cast<int>(row_id), p.div_rows);  // seq * n_kv_heads + kvh
-  const int r = static_cast<int>(row_id) - head_row * p.rows;
-  const int seq = fdiv(head_row, p.div_kv_heads);
-  const int kvh = head_row - seq * p.n_kv_heads;
-  const int64_t slot0 = (int64_t{seq} * p.n_kv_heads + kvh) * p.n_splits;
-  const float* ml = p.part + int64_t{p.n_seqs} * p.n_kv_heads * p.n_splits * p.rows * p.dvc +
-                    slot0 * p.rows * 2 + 2 * r;
-  const int64_t ml_stride = int64_t{p.rows} * 2;
-  const float* po = p.part + slot0 * p.rows * p.dvc + int64_t{r} * p.dvc;
-  const int64_t o_stride = int64_t{p.rows} * p.dvc;
-  const int nv4 = p.dvc / 4;
-  // Launched as a programmatic dependent of the decode grid: wait until it has completed and
-  // its partial states are visible. Whatever follows on the stream (the next layer's decode
-  // grid) may launch now and wait in its own griddepcontrol.wait for this grid to complete.
-  asm volatile("griddepcontrol.launch_dependents;");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-
-  float m_w = kNegInf, l_w = 0.0f;
-  float4 acc[4];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int s0 = warp; s0 < p.n_splits; s0 += kMergeWarps * kBatch) {
-    float ms[kBatch], ls[kBatch];
-    float4 v[4][kBatch];
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int s = s0 + b * kMergeWarps;
-      const bool ok = s < p.n_splits;
-      ms[b] = ok ? ml[s * ml_stride] : kNegInf;
-      ls[b] = ok ? ml[s * ml_stride + 1] : 0.0f;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int d4 = lane + 32 * k;
-        v[k][b] = ok && d4 < nv4 ? reinterpret_cast<const float4*>(po + s * o_stride)[d4]
-                                 : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-    }
-    float m_new = m_w;
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) m_new = fmaxf(m_new, ms[b]);
-    const float ref = m_new == kNegInf ? 0.0f : m_new;
-    const float keep = exp2f((m_w - ref) * kLog2e);  // m_w = -inf gives 0
-    float w[kBatch];
-    l_w *= keep;
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      w[b] = ms[b] == kNegInf ? 0.0f : exp2f((ms[b] - ref) * kLog2e);
-      l_w += ls[b] * w[b];
-    }
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      float4 a = make_float4(acc[k].x * keep, acc[k].y * keep, acc[k].z * keep, acc[k].w * keep);
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        a.x += v[k][b].x * w[b];
-        a.y += v[k][b].y * w[b];
-        a.z += v[k][b].z * w[b];
-        a.w += v[k][b].w * w[b];
-      }
-      acc[k] = a;
-    }
-    m_w = m_new;
-  }
-  if (lane == 0) {
-    warp_m[warp] = m_w;
-    warp_l[warp] = l_w;
-  }
-  __syncthreads();
-  float mx = kNegInf;
-#pragma unroll
-  for (int i = 0; i < kMergeWarps; ++i) mx = fmaxf(mx, warp_m[i]);
-  const float ref = mx == kNegInf ? 0.0f : mx;
-  const float f = exp2f((m_w - ref) * kLog2e);  // this warp's weight (0 when it saw nothing)
-  float* red = reinterpret_cast<float*>(smem);  // [kMergeWarps][dvc]
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const int d4 = lane + 32 * k;
-    if (d4 < nv4)
-      reinterpret_cast<float4*>(red + warp * p.dvc)[d4] =
-          make_float4(acc[k].x * f, acc[k].y * f, acc[k].z * f, acc[k].w * f);
-  }
-  __syncthreads();
-  for (int d = tid; d < p.dvc; d += kMergeThreads) {
-    float sum = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kMergeWarps; ++i) sum += red[i * p.dvc + d];
-    red[d] = sum;
-  }
-  __syncthreads();
-  if (warp == 0) {
-    float l = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kMergeWarps; ++i) l += warp_l[i] * exp2f((warp_m[i] - ref) * kLog2e);
-    const int tok = fdiv(r, p.div_group), qh = kvh * p.group + r - tok * p.group;
-    const int64_t out_row = (int64_t{seq} * p.n_q_tokens + tok) * p.n_q_heads + qh;
-    finalize_row<VT>(p, red, mx, l, out_row, qh, lane, sign_words);
   }
 }
 
