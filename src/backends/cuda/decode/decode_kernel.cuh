@@ -127,15 +127,16 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
   // its source and destination by constant steps: a few instructions per unit. (The previous
   // walk over (row, unit) pairs with a carry, a 64-bit multiply and the unit-size dispatch per
   // unit took about 50 instructions per copied unit: 40% of all the kernel executed for q4_0.)
-  // Contiguous tensors copied in 16-byte units (the usual case) take copy_tile with this thread's
-  // share worked out once here; paged tensors and 8- or 4-byte units the general path below.
+  // Contiguous tensors copied in 16-byte units (the usual case) take copy_tile (decode_copy.cuh),
+  // this thread's unit and rows worked out from tid in a few instructions per tile; paged tensors
+  // and 8- or 4-byte units the general path below.
   const bool k_fast = p.page_size == 0 && p.k_unit == 16 && p.div_k_units.d <= kThreads;
   const bool v_fast = p.page_size == 0 && p.v_unit == 16 && p.div_v_units.d <= kThreads;
   auto issue_tile = [&](int64_t key0, int st) {
     uint8_t* ks = stage_base + st * p.smem_kv_bytes;
     const int rows_valid = static_cast<int>(min(int64_t{p.bk}, k_hi - key0));  // >= 1
-    // Not unrolled: one copy of each path in the kernel's code, not two (the code is read from
-    // the L2 at every call's start; see the instruction-cache misses in the 4K profile).
+    // Unrolled: rolled, the loop keeps both tensors' parameters live as selects and the kernel
+    // spills (it runs at its 128-register bound).
 #pragma unroll
     for (int which = 0; which < 2; ++which) {
       const uint8_t* base = which == 0 ? k_base : v_base;
