@@ -16,13 +16,8 @@ shift
 mkdir -p "$out"
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
-prefix_args=()
-if [ ! -f /usr/include/fmt/format.h ] && ls .debs/*.deb >/dev/null 2>&1; then
-  deps=/tmp/kvflash-deps
-  for d in .debs/*.deb; do dpkg -x "$d" "$deps"; done
-  prefix_args=(-DCMAKE_PREFIX_PATH="$deps/usr")
-  export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
+# shellcheck source=scripts/gpu_deps.sh
+source scripts/gpu_deps.sh || exit 1
 rm -rf /tmp/ab-b && mkdir -p /tmp/ab-b && tar cf - --exclude=./build --exclude=./.git . | tar xf - -C /tmp/ab-b
 (cd /tmp/ab-b && patch -p1 "${reverse[@]}" < "$OLDPWD/$patch") > "$out/patch.txt" 2>&1 ||
   { echo "patch failed"; cat "$out/patch.txt"; exit 1; }

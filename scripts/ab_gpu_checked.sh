@@ -6,17 +6,12 @@
 # `git diff > x.patch`: A = the working tree, B = HEAD). Results in /tmp/ab (tar it into $OUT).
 #   scripts/ab_gpu_checked.sh BENCH FLAGS...   e.g. -ctk q4_0,turbo3 -d 32768,1048576 -r 30
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 mkdir -p /tmp/ab
-pa=()
-if [ ! -f /usr/include/fmt/format.h ]; then
-  deps=/tmp/kvflash-deps
-  for d in .debs/*.deb; do dpkg -x "$d" "$deps"; done
-  pa=(-DCMAKE_PREFIX_PATH=$deps/usr)
-  export LD_LIBRARY_PATH=$deps/usr/lib/x86_64-linux-gnu
-fi
+# shellcheck source=scripts/gpu_deps.sh
+source scripts/gpu_deps.sh || exit 1
 cmake -S . -B build/ab-a -DCMAKE_BUILD_TYPE=Release -DKVFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-  "${pa[@]}" > /tmp/ab/cfg.txt 2>&1
+  "${prefix_args[@]}" > /tmp/ab/cfg.txt 2>&1
 cmake --build build/ab-a -j "$(nproc)" --target test_gpu_attention kvflash-parity kvflash-bench \
   > /tmp/ab/build_tests.txt 2>&1 || { tail -30 /tmp/ab/build_tests.txt; exit 1; }
 timeout 90 build/ab-a/tests/test_gpu_attention > /tmp/ab/tests.txt 2>&1

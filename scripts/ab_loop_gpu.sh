@@ -6,11 +6,12 @@
 set -uo pipefail
 out=$1; patch=$2; rounds=$3; shift 3
 mkdir -p "$out"
-deps=/tmp/kvflash-deps; for d in .debs/*.deb; do dpkg -x "$d" "$deps"; done
-export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu"
+cd "$(dirname "$0")/.." || exit 1
+# shellcheck source=scripts/gpu_deps.sh
+source scripts/gpu_deps.sh || exit 1
 rm -rf /tmp/ab-b && mkdir -p /tmp/ab-b && tar cf - --exclude=./build --exclude=./.git . | tar xf - -C /tmp/ab-b
 (cd /tmp/ab-b && patch -p1 -R < "$OLDPWD/$patch") > "$out/patch.txt" 2>&1 || { echo patch failed; exit 1; }
-b() { cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release -DKVFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH=$deps/usr > "$out/cfg_$3.txt" 2>&1 && cmake --build "$2" -j 8 --target $4 > "$out/build_$3.txt" 2>&1; }
+b() { cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release -DKVFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 "${prefix_args[@]}" > "$out/cfg_$3.txt" 2>&1 && cmake --build "$2" -j 8 --target $4 > "$out/build_$3.txt" 2>&1; }
 b . build/ab-a a "kvflash-loop test_gpu_attention" & pa=$!
 b /tmp/ab-b /tmp/ab-b/build/ab-b b kvflash-loop & pb=$!
 wait $pa || { echo build A failed; tail -20 "$out/build_a.txt"; exit 1; }

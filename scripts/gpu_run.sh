@@ -24,29 +24,16 @@
 #                says it was skipped
 #   compare_sdpa.md  kvflash vs SDPA, one table per shape (scripts/compare_sdpa.py); also printed
 #                at the end of stdout
-# The machine may lack the Debian -dev packages kvflash builds with (fmt, CLI11, nlohmann-json,
-# GoogleTest); if so they are unpacked from .debs/ (fetch them on a Debian machine with
-# `apt-get download libfmt-dev libfmt9 libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev`
-# into .debs/ and carry that folder) into a private prefix.
+# The Debian -dev packages kvflash builds with come from .debs/ where the machine lacks them
+# (scripts/gpu_deps.sh).
 set -uo pipefail
 out=${1:?usage: scripts/gpu_run.sh OUTDIR}
 mkdir -p "$out"
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
 
-prefix_args=()
-if [ ! -f /usr/include/fmt/format.h ] || [ ! -f /usr/include/CLI/CLI.hpp ] ||
-   [ ! -f /usr/include/nlohmann/json.hpp ] || [ ! -f /usr/include/gtest/gtest.h ]; then
-  if ls .debs/*.deb >/dev/null 2>&1; then
-    deps=/tmp/kvflash-deps
-    for d in .debs/*.deb; do dpkg -x "$d" "$deps"; done
-    prefix_args=(-DCMAKE_PREFIX_PATH="$deps/usr")
-    export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  else
-    echo "missing fmt/CLI11/nlohmann-json/GoogleTest headers and no .debs/ to unpack" | tee "$out/env.txt"
-    exit 1
-  fi
-fi
+# shellcheck source=scripts/gpu_deps.sh
+if ! source scripts/gpu_deps.sh 2> "$out/env.txt"; then cat "$out/env.txt"; exit 1; fi
 
 {
   nvidia-smi; nvcc --version; cmake --version | head -1; g++ --version | head -1
