@@ -131,8 +131,8 @@ float half_hi(uint32_t v) {
   return half_to_float(static_cast<uint16_t>(v >> 16));
 }
 // A fragment value against the row reader's f32 product: the kernel rounds it to f16 once (q8_0,
-// q4_0: exact f16 factors); turbo also multiplies the f16-rounded centroid (the reader: the f32
-// one), so twice the bound there.
+// q4_0: exact f16 factors); turbo fragments hold the f16-rounded centroid, compared here times the
+// row's norm in f32 (the kernel applies the norm to the scores or to P), so up to twice the bound.
 template <KvType T>
 void expect_f16_of(float got, float want, const std::string& where) {
   const float rel = is_rotated(T) ? 1.1f * 0x1p-10f : 0x1p-11f;
@@ -165,8 +165,11 @@ void check_k_frags(int32_t n, std::mt19937& rng) {
       else
         w = k_frag_quant<T>(row, b, t);
       const uint32_t regs[4] = {w.x, w.y, w.z, w.w};
+      // turbo: codebook values; times the group's norm they are the row's values
+      const float norm =
+          is_rotated(T) ? half_to_float(static_cast<uint16_t>(turbo_norm<T>(row, b / 4))) : 1.0f;
       for (int j = 0; j < 8; ++j) {
-        const float got = (j & 1) ? half_hi(regs[j >> 1]) : half_lo(regs[j >> 1]);
+        const float got = norm * ((j & 1) ? half_hi(regs[j >> 1]) : half_lo(regs[j >> 1]));
         expect_f16_of<T>(got, x[j],
                          fmt::format("{} n={} b={} t={} j={}", to_string(T), n, b, t, j));
       }
@@ -191,9 +194,13 @@ void check_v_frags(int32_t n, std::mt19937& rng) {
         const int d = 128 * slice + (T == KvType::q8_0 ? 16 * lane_n + i : v_dim16(T, lane_n, i));
         const float got[4] = {half_lo(b0), half_hi(b0), half_lo(b1), half_hi(b1)};
         for (int k = 0; k < 4; ++k)
-          expect_f16_of<T>(got[k], v_value<T>(vrow[k], d, cb.flut),
-                           fmt::format("{} n={} slice={} lane={} tile={} key={} dim={}",
-                                       to_string(T), n, slice, lane_n, i, k, d));
+          expect_f16_of<T>(
+              got[k] * (is_rotated(T)
+                            ? half_to_float(static_cast<uint16_t>(turbo_norm<T>(vrow[k], slice)))
+                            : 1.0f),
+              v_value<T>(vrow[k], d, cb.flut),
+              fmt::format("{} n={} slice={} lane={} tile={} key={} dim={}", to_string(T), n, slice,
+                          lane_n, i, k, d));
       };
       if constexpr (T == KvType::q8_0)
         v_frags_q8_0_16(vrow, 128 * slice + 16 * lane_n, use);

@@ -4,7 +4,9 @@
 // of Q.K^T (k_frag_quant, k_frag_turbo: the k_dim order), V rows into the B operands of P.V
 // (v_frags_q8_0_16: 16 consecutive dims; v_frags_q4_0_16, v_frags_turbo16_packed: the v_dim16
 // order). Values come out as half2 bit patterns: (code - bias) * scale in f16, or for turbo the
-// codebook value times the norm in f16.
+// codebook value alone in f16: the kernel applies a turbo row's norm (one per 128-dim group) to
+// the f32 scores (K) or to P (V), a few multiplies per 16 keys where scaling every value took 32
+// (turbo_norm reads it).
 #pragma once
 
 #include <array>
@@ -280,13 +282,19 @@ struct TurboLut {
   }
 };
 
-// B fragments of K for 32-dim block b, thread t (the k_dim order), for the turbo types.
+// The f16 bits of a turbo row's norm for 128-dim group grp_i.
+template <KvType T>
+KVFLASH_HD uint32_t turbo_norm(const uint8_t* row, int grp_i) {
+  constexpr int kGroupBytes = traits(T).block_bytes;  // a constant: traits() is host code
+  return load_u16(row + kGroupBytes * grp_i);
+}
+
+// B fragments of K for 32-dim block b, thread t (the k_dim order), for the turbo types: codebook
+// values (times the group's norm, turbo_norm, they are the row's values).
 template <KvType T>
 KVFLASH_HD frag4 k_frag_turbo(const uint8_t* row, int b, int t, const TurboLut<T>& lut) {
   constexpr int kGroupBytes = traits(T).block_bytes;
   const uint8_t* grp = row + kGroupBytes * (b >> 2);
-  const uint32_t n = load_u16(grp);
-  const uint32_t n2 = n | (n << 16);
   frag2 r0, r1;
   if constexpr (T == KvType::turbo4) {
     const int off = 2 + 16 * (b & 3) + 4 * t;
@@ -305,11 +313,12 @@ KVFLASH_HD frag4 k_frag_turbo(const uint8_t* row, int b, int t, const TurboLut<T
     r0 = lut.lookup4(s0);
     r1 = lut.lookup4(s1);
   }
-  return make_frag4(h2_mul(r0.x, n2), h2_mul(r0.y, n2), h2_mul(r1.x, n2), h2_mul(r1.y, n2));
+  return make_frag4(r0.x, r0.y, r1.x, r1.y);
 }
 
 // P.V B operands of lane n's 16 dims (v_dim16) of four turbo key rows in group `grp_i` (a
-// 128-dim slice): use(i, b0, b1) as v_frags_q4_0_16. turbo2/3: the lane's 4 plane bytes (2 u16
+// 128-dim slice): use(i, b0, b1) as v_frags_q4_0_16, codebook values (times each row's norm,
+// turbo_norm, they are the rows' values). turbo2/3: the lane's 4 plane bytes (2 u16
 // loads per row; turbo3: the 4 bytes of their high bits, 2 more) give all 16 of its codes, where
 // 16 consecutive dims took 16 plane bytes and 16 high-bit bytes; turbo4: 8 bytes, both nibbles.
 template <KvType T, typename F>
@@ -317,11 +326,10 @@ KVFLASH_HD void v_frags_turbo16_packed(const uint8_t* const (&vrow)[4], int n, i
                                        const TurboLut<T>& lut, F&& use) {
   constexpr int kGroupBytes = traits(T).block_bytes;
   constexpr int kWords = T == KvType::turbo4 ? 4 : 2;
-  uint32_t w[4][kWords], hq[4][2], nn[4];
+  uint32_t w[4][kWords], hq[4][2];
   KVFLASH_UNROLL
   for (int kk = 0; kk < 4; ++kk) {
     const uint8_t* grp = vrow[kk] + kGroupBytes * grp_i;
-    nn[kk] = load_u16(grp);
     const uint8_t* qs = grp + 2 + (T == KvType::turbo4 ? 8 * n : 4 * n);
     KVFLASH_UNROLL
     for (int m = 0; m < kWords; ++m) w[kk][m] = load_u16(qs + 2 * m);
@@ -329,7 +337,6 @@ KVFLASH_HD void v_frags_turbo16_packed(const uint8_t* const (&vrow)[4], int n, i
     for (int m = 0; m < 2; ++m)  // high bits of plane bytes 4n + 2m, +1: qh bytes (4n + 2m) & 15
       hq[kk][m] = T == KvType::turbo3 ? load_u16(grp + 34 + ((4 * n + 2 * m) & 15)) : 0u;
   }
-  const uint32_t n01 = byte_perm(nn[0], nn[1], 0x5410u), n23 = byte_perm(nn[2], nn[3], 0x5410u);
   if constexpr (T == KvType::turbo4) {
     KVFLASH_UNROLL
     for (int m = 0; m < 4; ++m) {
@@ -340,11 +347,11 @@ KVFLASH_HD void v_frags_turbo16_packed(const uint8_t* const (&vrow)[4], int n, i
       const uint32_t s01_hi = ((w[0][m] >> 4) & 0x0f0fu) | (w[1][m] & 0xf0f0u);
       const uint32_t s23_hi = ((w[2][m] >> 4) & 0x0f0fu) | (w[3][m] & 0xf0f0u);
       const frag2 a = lut.lookup4(s01_lo), c = lut.lookup4(s23_lo);
-      use(4 * m + 0, h2_mul(a.x, n01), h2_mul(c.x, n23));
-      use(4 * m + 1, h2_mul(a.y, n01), h2_mul(c.y, n23));
+      use(4 * m + 0, a.x, c.x);
+      use(4 * m + 1, a.y, c.y);
       const frag2 ah = lut.lookup4(s01_hi), ch = lut.lookup4(s23_hi);
-      use(4 * m + 2, h2_mul(ah.x, n01), h2_mul(ch.x, n23));
-      use(4 * m + 3, h2_mul(ah.y, n01), h2_mul(ch.y, n23));
+      use(4 * m + 2, ah.x, ch.x);
+      use(4 * m + 3, ah.y, ch.y);
     }
   } else {
     const int hs = n >> 2;  // the high bit of plane byte b's code in plane y: bit (b >> 4) + 2y
@@ -362,8 +369,8 @@ KVFLASH_HD void v_frags_turbo16_packed(const uint8_t* const (&vrow)[4], int n, i
           s23 |= (((hq[2][m] >> sh) & 0x0101u) << 2) | (((hq[3][m] >> sh) & 0x0101u) << 6);
         }
         const frag2 a = lut.lookup4(s01), c = lut.lookup4(s23);
-        use(4 * y + 2 * m, h2_mul(a.x, n01), h2_mul(c.x, n23));
-        use(4 * y + 2 * m + 1, h2_mul(a.y, n01), h2_mul(c.y, n23));
+        use(4 * y + 2 * m, a.x, c.x);
+        use(4 * y + 2 * m + 1, a.y, c.y);
       }
     }
   }

@@ -342,31 +342,66 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
 #pragma unroll
         for (int n = 0; n < 2; ++n) krow[n] = ks + (16 * s + 8 * n) * p.sk_stride + k_slot;
         const uint4* qf = q_frag + (mt * (p.dkc / 16)) * 32 + lane;
-        for (int b = 0; b < p.dkc / 32; ++b) {
-          const uint4 a0 = qf[(2 * b) * 32], a1 = qf[(2 * b + 1) * 32];  // shared by both n-tiles
+        if constexpr (is_rotated(KT)) {
+          // Per 128-dim group: the scores of the codebook values, then times each key's norm in
+          // f32 (2 shuffles and 4 FMUL per n-tile where scaling the K values took 16 HMUL2). The
+          // norm of key 8n + 2t + e comes from lane 4 * (2t + e), whose B-operand row it is.
+          // Group 0 goes straight into sc (D 128: no further registers), later ones are added.
+          const auto group_scores = [&](int gi, float(&acc)[2][4]) {
+#pragma unroll 1  // unrolled, the Q fragments of all four blocks are loaded early: spills
+            for (int bb = 0; bb < 4; ++bb) {
+              const int b = 4 * gi + bb;
+              const uint4 a0 = qf[(2 * b) * 32], a1 = qf[(2 * b + 1) * 32];
 #pragma unroll
-          for (int n = 0; n < 2; ++n) {
-            if constexpr (KT == KvType::f16 || KT == KvType::bf16) {
-              // Stored as the fragment wants it: one 16-byte load is both chunks' B operands.
-              const uint4 w = *reinterpret_cast<const uint4*>(krow[n] + 64 * b + 16 * t);
-              mma16816<kBfK>(sc[n], a0, w.x, w.y);
-              mma16816<kBfK>(sc[n], a1, w.z, w.w);
-            } else if constexpr (KT == KvType::q8_0 || KT == KvType::q4_0) {
-              const uint4 w = k_frag_quant<KT>(krow[n], b, t);
-              mma16816<kBfK>(sc[n], a0, w.x, w.y);
-              mma16816<kBfK>(sc[n], a1, w.z, w.w);
-            } else if constexpr (is_rotated(KT)) {
-              const uint4 w = k_frag_turbo<KT>(krow[n], b, t, tlut_k);
-              mma16816<kBfK>(sc[n], a0, w.x, w.y);
-              mma16816<kBfK>(sc[n], a1, w.z, w.w);
-            } else {
-              float x[8];
-              k_values<KT>(krow[n], b, t, lut_k, x);
-              mma16816<kBfK>(sc[n], a0, pack2<kBfK>(x[0], x[1]), pack2<kBfK>(x[2], x[3]));
-              mma16816<kBfK>(sc[n], a1, pack2<kBfK>(x[4], x[5]), pack2<kBfK>(x[6], x[7]));
+              for (int n = 0; n < 2; ++n) {
+                const uint4 w = k_frag_turbo<KT>(krow[n], b, t, tlut_k);
+                mma16816<false>(acc[n], a0, w.x, w.y);
+                mma16816<false>(acc[n], a1, w.z, w.w);
+              }
             }
+#pragma unroll
+            for (int n = 0; n < 2; ++n) {
+              const float nk = half_to_float(static_cast<uint16_t>(turbo_norm<KT>(krow[n], gi)));
+              const float n0 = __shfl_sync(0xffffffffu, nk, 8 * t);
+              const float n1 = __shfl_sync(0xffffffffu, nk, 8 * t + 4);
+              acc[n][0] *= n0;
+              acc[n][1] *= n1;
+              acc[n][2] *= n0;
+              acc[n][3] *= n1;
+            }
+          };
+          group_scores(0, sc);
+          for (int gi = 1; gi < p.dkc / 128; ++gi) {
+            float part[2][4] = {};
+            group_scores(gi, part);
+#pragma unroll
+            for (int n = 0; n < 2; ++n)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) sc[n][e] += part[n][e];
           }
         }
+        if constexpr (!is_rotated(KT))
+          for (int b = 0; b < p.dkc / 32; ++b) {
+            const uint4 a0 = qf[(2 * b) * 32], a1 = qf[(2 * b + 1) * 32];  // shared by both n-tiles
+#pragma unroll
+            for (int n = 0; n < 2; ++n) {
+              if constexpr (KT == KvType::f16 || KT == KvType::bf16) {
+                // Stored as the fragment wants it: one 16-byte load is both chunks' B operands.
+                const uint4 w = *reinterpret_cast<const uint4*>(krow[n] + 64 * b + 16 * t);
+                mma16816<kBfK>(sc[n], a0, w.x, w.y);
+                mma16816<kBfK>(sc[n], a1, w.z, w.w);
+              } else if constexpr (KT == KvType::q8_0 || KT == KvType::q4_0) {
+                const uint4 w = k_frag_quant<KT>(krow[n], b, t);
+                mma16816<kBfK>(sc[n], a0, w.x, w.y);
+                mma16816<kBfK>(sc[n], a1, w.z, w.w);
+              } else if constexpr (!is_rotated(KT)) {
+                float x[8];
+                k_values<KT>(krow[n], b, t, lut_k, x);
+                mma16816<kBfK>(sc[n], a0, pack2<kBfK>(x[0], x[1]), pack2<kBfK>(x[2], x[3]));
+                mma16816<kBfK>(sc[n], a1, pack2<kBfK>(x[4], x[5]), pack2<kBfK>(x[6], x[7]));
+              }
+            }
+          }
 
         // Soft cap, ALiBi, mask, visibility; then the online softmax per row.
         const bool all_visible = tile_visible || (plain && j0 + 15 < k_hi &&
@@ -487,6 +522,16 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
         }
         if constexpr (is_rotated(VT)) {
           if (nt == 16) {
+            // The rows' norms scale P (keys 2t, 2t + 1 in pa.x, pa.y; 2t + 8, 2t + 9 in pa.z,
+            // pa.w): 4 HMUL2 per 16 keys, where scaling the V values took 32.
+            const uint32_t n01 =
+                __byte_perm(turbo_norm<VT>(vrow[0], ds), turbo_norm<VT>(vrow[1], ds), 0x5410u);
+            const uint32_t n23 =
+                __byte_perm(turbo_norm<VT>(vrow[2], ds), turbo_norm<VT>(vrow[3], ds), 0x5410u);
+            pa.x = h2_mul(pa.x, n01);
+            pa.y = h2_mul(pa.y, n01);
+            pa.z = h2_mul(pa.z, n23);
+            pa.w = h2_mul(pa.w, n23);
             v_frags_turbo16_packed<VT>(vrow, g, ds, tlut_v, [&](int i, uint32_t b0, uint32_t b1) {
               mma16816<false>(o[i], pa, b0, b1);
             });
