@@ -1,9 +1,12 @@
 // The CUDA decode family on the host: candidate registration, plan (layout, split count,
 // workspace), and run (parameters, two launches at most, nothing allocated, nothing synchronized).
 // Plain C++: the kernels are reached through decode_instance() and merge_launch() (decode.cu).
+#include <cuda.h>  // CUtensorMap and its enums; the encoder is reached through the runtime
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <mutex>
 #include <optional>
@@ -36,6 +39,63 @@ size_t max_smem_optin() {
     return static_cast<size_t>(v);
   }();
   return n;
+}
+
+// cuTensorMapEncodeTiled of the driver, reached through the runtime (no libcuda link); null where
+// the driver does not offer it (then every tile is copied with cp.async).
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// The tensor map of a TMA tile copy (see DecodeParams): quantized rows of a contiguous tensor,
+// viewed as [seq][token][the bytes of all heads' rows], one box = `bk` tokens x `slot` bytes from
+// (head * stride_head, key, seq). False (copy with cp.async) where TMA cannot describe it: float
+// rows (their slots are padded against bank conflicts, and the cp.async copy already runs them
+// at ~90% of the read bandwidth), paged tensors, slots over 256 bytes (the box limit), data or
+// strides not multiples of 16 bytes, heads not inside one token's row.
+bool encode_tile_map(TensorMapBytes& map, const KvTensor& kv, KvType type, int32_t row_bytes,
+                     int32_t slot, int32_t bk, const AttentionProblem& p) {
+  if (p.page_size > 0 || traits(type).block_values == 1 || slot > 256) return false;
+  const auto addr = reinterpret_cast<uintptr_t>(kv.data);
+  if (addr % 16 != 0 || kv.stride_token <= 0 || kv.stride_token % 16 != 0 || kv.stride_head < 0)
+    return false;
+  const int64_t extent = int64_t{p.n_kv_heads - 1} * kv.stride_head + row_bytes;
+  if (extent > kv.stride_token || extent > (int64_t{1} << 31) ||
+      p.kv_capacity >= (int64_t{1} << 31))
+    return false;
+  // A box starts at the row's first byte rounded down to 16 (TMA reads from 16-byte aligned
+  // starts): the slot must hold the largest lead (head * stride_head & 15) and the row.
+  int64_t lead = 0;
+  for (int64_t h = 0; h < std::min<int64_t>(p.n_kv_heads, 16); ++h)
+    lead = std::max<int64_t>(lead, (h * kv.stride_head) & 15);
+  if (lead + row_bytes > slot) return false;
+  // One sequence: the sequence dimension is never stepped; any valid stride does.
+  const int64_t seq_stride = p.n_seqs > 1 ? kv.stride_seq : kv.stride_token * p.kv_capacity;
+  if (seq_stride <= 0 || seq_stride % 16 != 0 || seq_stride >= (int64_t{1} << 40)) return false;
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(extent),
+                              static_cast<cuuint64_t>(p.kv_capacity),
+                              static_cast<cuuint64_t>(p.n_seqs)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(kv.stride_token),
+                                 static_cast<cuuint64_t>(seq_stride)};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(slot), static_cast<cuuint32_t>(bk), 1};
+  const cuuint32_t steps[3] = {1, 1, 1};
+  static_assert(sizeof(TensorMapBytes) == sizeof(CUtensorMap));
+  return encode(reinterpret_cast<CUtensorMap*>(&map), CU_TENSOR_MAP_DATA_TYPE_UINT8, 3,
+                const_cast<void*>(kv.data), dims, strides, box, steps,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 Status cuda_error(cudaError_t e, const char* what) {
@@ -191,6 +251,14 @@ Status run_decode(const Plan& plan, const AttentionTensors& t, void* workspace, 
   // Float K rows shorter than the computed dims (head dim not a multiple of 32) read padding.
   d.zero_stages = traits(p.k_type).block_values == 1 && l.dkc != p.head_dim.k;
   d.q_vec4 = reinterpret_cast<uintptr_t>(t.q) % 16 == 0 && p.head_dim.k % 4 == 0;
+  // TMA tile copies where they apply: one instruction per tile instead of ~25 per thread and
+  // tile (the cp.async loop and its setup were ~20% of the instructions executed for q4_0).
+  // Their rows start after a lead (see DecodeParams), as with 16-byte copies of unaligned rows.
+  d.tma_k = encode_tile_map(d.k_map, t.k, p.k_type, l.k_row_bytes, l.sk_stride, l.bk, p);
+  d.tma_v = encode_tile_map(d.v_map, t.v, p.v_type, l.v_row_bytes, l.sv_stride, l.bk, p);
+  if (d.tma_k) d.k_unit = 16, d.k_lead16 = 1;
+  if (d.tma_v) d.v_unit = 16, d.v_lead16 = 1;
+  d.tma_bytes = (d.tma_k ? l.bk * l.sk_stride : 0) + (d.tma_v ? l.bk * l.sv_stride : 0);
 
   auto stream = static_cast<cudaStream_t>(stream_ptr);
   const dim3 grid(static_cast<unsigned>(p.n_kv_heads * l.n_row_blocks),

@@ -28,13 +28,15 @@ namespace kvflash::cuda::decode {
 // The kernel
 
 template <KvType KT, KvType VT>
-__global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const DecodeParams p) {
+__global__ void __launch_bounds__(kThreads, kCtasPerSm)
+    decode_kernel(const __grid_constant__ DecodeParams p) {
   constexpr bool kBfK = KT == KvType::bf16;  // Q.K^T in bf16 only for bf16 K, else f16
   constexpr bool kBfV = VT == KvType::bf16;
 
-  extern __shared__ __align__(16) uint8_t smem[];
+  extern __shared__ __align__(128) uint8_t smem[];  // TMA boxes land at 128-byte boundaries
   __shared__ float lut_k[16], lut_v[16];
   __shared__ uint32_t sign_words[4];
+  __shared__ uint64_t tile_bar[kMaxStages];  // per stage: the TMA copies' completion
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -96,6 +98,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
     lut_v[tid] = centroid<VT>(tid);
   }
   if (tid < 4) sign_words[tid] = sign_word(tid);
+  if (p.tma_bytes > 0 && tid == 0) {
+    for (int st = 0; st < p.n_stages; ++st) mbar_init(&tile_bar[st], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
   __syncthreads();
 
   // ---- Warp roles
@@ -134,11 +140,28 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
   const bool v_fast = p.page_size == 0 && p.v_unit == 16 && p.div_v_units.d <= kThreads;
   auto issue_tile = [&](int64_t key0, int st) {
     uint8_t* ks = stage_base + st * p.smem_kv_bytes;
+    if (p.tma_bytes > 0 && tid == 0) {
+      // One tensor copy per TMA tensor, rows past k_hi included (the kernel zeroes them after
+      // the copy, see the tile loop; past the tensor's capacity TMA fills zeros). The fence puts
+      // the stage's earlier generic accesses (the last tile's reads, Q, zeroed rows; ordered
+      // before this thread by the loop's barrier) before the copies' writes.
+      fence_proxy_async();
+      mbar_arrive_expect_tx(&tile_bar[st], static_cast<uint32_t>(p.tma_bytes));
+      // Boxes start at 16-byte aligned bytes (TMA's condition): the row follows its lead, as
+      // with the 16-byte cp.async copies of unaligned rows.
+      const int key = static_cast<int>(key0);
+      if (p.tma_k)
+        tma_load_3d(ks, &p.k_map, (kvh * static_cast<int>(p.k_sh)) & ~15, key, seq, &tile_bar[st]);
+      if (p.tma_v)
+        tma_load_3d(ks + k_tile_bytes, &p.v_map, (kvh * static_cast<int>(p.v_sh)) & ~15, key, seq,
+                    &tile_bar[st]);
+    }
     const int rows_valid = static_cast<int>(min(int64_t{p.bk}, k_hi - key0));  // >= 1
     // Unrolled: rolled, the loop keeps both tensors' parameters live as selects and the kernel
     // spills (it runs at its 128-register bound).
 #pragma unroll
     for (int which = 0; which < 2; ++which) {
+      if (which == 0 ? p.tma_k : p.tma_v) continue;
       const uint8_t* base = which == 0 ? k_base : v_base;
       const int64_t stride = which == 0 ? p.k_st : p.v_st;
       const int row_bytes = which == 0 ? p.k_row_bytes : p.v_row_bytes;
@@ -318,11 +341,30 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) decode_kernel(const Deco
       cp_async_wait<2>();
     else
       cp_async_wait<1>();
+    const int use = fdiv(ti, p.div_stages), stage = ti - use * p.n_stages;
+    uint8_t* const kst = stage_base + stage * p.smem_kv_bytes;
+    const int64_t tile_key0 = k_lo + int64_t{ti} * p.bk;
+    if (p.tma_bytes > 0) {
+      mbar_wait(&tile_bar[stage], use & 1);
+      // Rows past k_hi read as zero, as the cp.async copies leave them (TMA copied whatever the
+      // tensor holds there): only in a range's last tile.
+      const int rows_valid = static_cast<int>(min(int64_t{p.bk}, k_hi - tile_key0));
+      if (rows_valid < p.bk) {
+#pragma unroll
+        for (int which = 0; which < 2; ++which) {
+          if (!(which == 0 ? p.tma_k : p.tma_v)) continue;
+          const int sstride = which == 0 ? p.sk_stride : p.sv_stride;
+          uint8_t* dst = kst + (which == 0 ? 0 : k_tile_bytes) + rows_valid * sstride;
+          const int n16 = (p.bk - rows_valid) * sstride / 16;
+          for (int i = tid; i < n16; i += kThreads)
+            reinterpret_cast<uint4*>(dst)[i] = make_uint4(0, 0, 0, 0);
+        }
+      }
+    }
     __syncthreads();
 
-    const uint8_t* ks = stage_base + (ti - fdiv(ti, p.div_stages) * p.n_stages) * p.smem_kv_bytes;
+    const uint8_t* ks = kst;
     const uint8_t* vs = ks + k_tile_bytes;
-    const int64_t tile_key0 = k_lo + int64_t{ti} * p.bk;
     // Every key of the tile visible to every row, nothing to add to the scores: the usual case,
     // decided once per tile rather than per 16 keys.
     const bool plain = !p.has_mask && !p.has_alibi && p.softcap == 0.0f;

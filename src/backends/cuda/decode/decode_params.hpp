@@ -46,7 +46,22 @@ constexpr int32_t fast_div_host(int32_t n, FastDiv f) {
   return static_cast<int32_t>((hi + static_cast<uint32_t>(n)) >> f.shr);
 }
 
+// A CUDA tensor map (CUtensorMap: 128 opaque bytes, 64-byte aligned), encoded on the host by
+// cuTensorMapEncodeTiled; kept opaque here so that this header needs no CUDA headers.
+struct alignas(64) TensorMapBytes {
+  uint64_t w[16];
+};
+
 struct DecodeParams {
+  // Tile copies by TMA (tma_k / tma_v set): the box of one K / V tile, rows sk_stride / sv_stride
+  // bytes wide (the shared-memory slot), bk rows, at coordinates (head * stride_head rounded down
+  // to 16, key, sequence) of the tensor viewed as [seq][token][bytes of all heads]: box starts
+  // must be 16-byte aligned, so a row lands after its lead (k_lead16 / v_lead16 set).
+  // tma_bytes: both boxes' bytes, the transaction count of a stage's barrier.
+  TensorMapBytes k_map, v_map;
+  uint8_t tma_k, tma_v;
+  int32_t tma_bytes;
+
   const float* q;
   const uint8_t* k;
   const uint8_t* v;

@@ -65,8 +65,9 @@ DecodeLayout decode_layout(const AttentionProblem& p) {
   // 1M took 13% / 7% / 7% less time and 8 f16 query tokens 13% less
   // (bench/results/2026-11-30-h200-occupancy.md).
   for (l.n_stages = kMaxStages; l.n_stages >= 2; --l.n_stages) {
+    // Multiples of 128 bytes: TMA boxes land at 128-byte aligned stage and tile starts.
     l.smem_kv_bytes =
-        round_up(std::max({tiles, q_stage, (reduce + l.n_stages - 1) / l.n_stages}), 16);
+        round_up(std::max({tiles, q_stage, (reduce + l.n_stages - 1) / l.n_stages}), 128);
     l.smem_total = static_cast<size_t>(l.smem_q_bytes) + size_t(l.n_stages) * l.smem_kv_bytes;
     if (l.n_stages == 2 || kCtasPerSm * (l.smem_total + 1024) <= kSmemPerSm) break;
   }
