@@ -1,7 +1,8 @@
 // The tile copy of the CUDA decode kernel: K and V rows from global memory into a shared-memory
 // stage with cp.async, in 16-, 8- or 4-byte units (copy_mode in decode_plan.cpp picks the unit),
 // the general path (paged tensors, any unit) and the short path of contiguous tensors in 16-byte
-// units. Used by decode_kernel.cuh's issue_tile.
+// units. Used by decode_kernel.cuh's issue_tile for the tiles TMA does not copy (float rows,
+// paged caches, slots over 256 bytes, strides TMA cannot describe).
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,9 @@
 // The CUDA decode kernel: one CTA per (KV split, KV head and query-row block, sequence).
 //
 // Each CTA streams its contiguous range of keys through shared memory in tiles of raw (still
-// quantized) K and V rows, copied with cp.async (decode_copy.cuh) two or three stages deep, so
+// quantized) K and V rows, two or three stages deep: quantized tiles of contiguous caches by TMA
+// (one tensor copy per tile and tensor onto the stage's mbarrier; the host encodes the tensor
+// maps), the others by cp.async (decode_copy.cuh), so
 // every KV byte is read from device memory once per KV head: all query heads of the GQA group
 // and all query tokens share the tile. Tensor cores do both products (mma.m16n8k16, f32
 // accumulation): the query rows (token x head of the group) are the M dimension, 16 keys the N
