@@ -10,6 +10,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -305,10 +306,6 @@ TEST(CudaDecodePlan, SplitsFillTheMachineAndKeepSplitsNonTrivial) {
 namespace kvflash::cuda::decode {
 namespace {
 
-// The kernels divide by launch constants with fast_div's magic numbers: exact for every
-// numerator in [0, 2^31) (tested: every divisor up to 4096 against every numerator up to 65536,
-// then powers of two, their neighbours and random divisors against the extremes and random
-// numerators).
 // The tile copy's unit per layout, and for 16-byte leads: every row of every (sequence, head)
 // fits its units, and the units fit the shared-memory slot (the kernel copies units * 16 bytes
 // from the row start rounded down to 16 into each slot).
@@ -372,6 +369,76 @@ TEST(CudaDecodePlan, CopyModeFitsEveryRowAndSlot) {
   }
 }
 
+// TMA tile copies (tma_tile_view): quantized contiguous caches of 16-byte aligned token rows get a
+// view whose boxes, from each head's row rounded down to 16 bytes, hold the row in the slot;
+// everything TMA cannot describe is left to cp.async.
+TEST(CudaDecodePlan, TmaTileViewCoversAlignedQuantizedCachesOnly) {
+  const auto* base = reinterpret_cast<const uint8_t*>(uintptr_t{1} << 20);  // 256-byte aligned
+  auto setup = [&](KvType t, int32_t kvh, int32_t seqs) {
+    AttentionProblem p = problem(1, 4 * kvh, kvh, {128, 128}, 4096);
+    p.k_type = p.v_type = t;
+    p.n_seqs = seqs;
+    return p;
+  };
+  // 8 heads of every quantized type, one or two sequences: the token row of all heads, the leads
+  // ((72 h) & 15 = 8 for q4_0; up to 14 for turbo) fit the slot.
+  for (KvType t : kAllKvTypes) {
+    if (traits(t).block_values == 1) continue;
+    for (int32_t seqs : {1, 2}) {
+      const AttentionProblem p = setup(t, 8, seqs);
+      const DecodeLayout l = decode_layout(p);
+      const KvTensor kv = kv_tensor_contiguous(base, t, 128, 8, 4096);
+      SCOPED_TRACE(describe(p));
+      const std::optional<TmaTileView> v = tma_tile_view(kv, t, l.k_row_bytes, l.sk_stride, p);
+      ASSERT_TRUE(v.has_value());
+      EXPECT_EQ(v->extent, 8 * l.k_row_bytes);
+      EXPECT_EQ(v->extent, kv.stride_token);
+      if (seqs > 1) {
+        EXPECT_EQ(v->seq_stride, kv.stride_seq);
+      }
+      EXPECT_EQ(v->seq_stride % 16, 0);
+      for (int64_t h = 0; h < 8; ++h)
+        EXPECT_LE(((h * kv.stride_head) & 15) + l.k_row_bytes, l.sk_stride) << "head " << h;
+    }
+  }
+  const AttentionProblem q4 = setup(KvType::q4_0, 8, 1);
+  const DecodeLayout l = decode_layout(q4);
+  const KvTensor kv = kv_tensor_contiguous(base, KvType::q4_0, 128, 8, 4096);
+  auto view = [&](const KvTensor& k, const AttentionProblem& p, int32_t slot) {
+    return tma_tile_view(k, p.k_type, l.k_row_bytes, slot, p).has_value();
+  };
+  EXPECT_TRUE(view(kv, q4, l.sk_stride));
+  // Float rows, paged caches, an unaligned data pointer, a slot without room for the lead.
+  const AttentionProblem f16 = setup(KvType::f16, 8, 1);
+  EXPECT_FALSE(tma_tile_view(kv_tensor_contiguous(base, KvType::f16, 128, 8, 4096), KvType::f16,
+                             256, decode_layout(f16).sk_stride, f16)
+                   .has_value());
+  AttentionProblem paged = q4;
+  paged.page_size = 64;
+  EXPECT_FALSE(view(kv, paged, l.sk_stride));
+  KvTensor shifted = kv;
+  shifted.data = base + 8;
+  EXPECT_FALSE(view(shifted, q4, l.sk_stride));
+  EXPECT_FALSE(view(kv, q4, 72));
+  // One head: the token stride is the 72-byte row, not a multiple of 16.
+  const AttentionProblem one = setup(KvType::q4_0, 1, 1);
+  EXPECT_FALSE(view(kv_tensor_contiguous(base, KvType::q4_0, 128, 1, 4096), one, l.sk_stride));
+  // Head-major rows (each head's tokens contiguous): the heads are not inside one token's row.
+  KvTensor head_major = kv;
+  head_major.stride_token = 80;
+  head_major.stride_head = 80 * 4096;
+  EXPECT_FALSE(view(head_major, q4, l.sk_stride));
+  // Two sequences 8 bytes off a multiple of 16 apart.
+  const AttentionProblem two = setup(KvType::q4_0, 8, 2);
+  KvTensor odd_seq = kv;
+  odd_seq.stride_seq += 8;
+  EXPECT_FALSE(view(odd_seq, two, l.sk_stride));
+}
+
+// The kernels divide by launch constants with fast_div's magic numbers: exact for every
+// numerator in [0, 2^31) (tested: every divisor up to 4096 against every numerator up to 65536,
+// then powers of two, their neighbours and random divisors against the extremes and random
+// numerators).
 TEST(CudaDecodeFastDiv, QuotientIsExactForEveryNonNegativeInt) {
   for (int32_t d = 1; d <= 4096; ++d) {
     const FastDiv f = fast_div(d);

@@ -56,38 +56,19 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return fn;
 }
 
-// The tensor map of a TMA tile copy (see DecodeParams): quantized rows of a contiguous tensor,
-// viewed as [seq][token][the bytes of all heads' rows], one box = `bk` tokens x `slot` bytes from
-// (head * stride_head, key, seq). False (copy with cp.async) where TMA cannot describe it: float
-// rows (their slots are padded against bank conflicts, and the cp.async copy already runs them
-// at ~90% of the read bandwidth), paged tensors, slots over 256 bytes (the box limit), data or
-// strides not multiples of 16 bytes, heads not inside one token's row.
+// The tensor map of a TMA tile copy (see DecodeParams and tma_tile_view): false where TMA cannot
+// describe the tensor (then every tile is copied with cp.async).
 bool encode_tile_map(TensorMapBytes& map, const KvTensor& kv, KvType type, int32_t row_bytes,
                      int32_t slot, int32_t bk, const AttentionProblem& p) {
-  if (p.page_size > 0 || traits(type).block_values == 1 || slot > 256) return false;
-  const auto addr = reinterpret_cast<uintptr_t>(kv.data);
-  if (addr % 16 != 0 || kv.stride_token <= 0 || kv.stride_token % 16 != 0 || kv.stride_head < 0)
-    return false;
-  const int64_t extent = int64_t{p.n_kv_heads - 1} * kv.stride_head + row_bytes;
-  if (extent > kv.stride_token || extent > (int64_t{1} << 31) ||
-      p.kv_capacity >= (int64_t{1} << 31))
-    return false;
-  // A box starts at the row's first byte rounded down to 16 (TMA reads from 16-byte aligned
-  // starts): the slot must hold the largest lead (head * stride_head & 15) and the row.
-  int64_t lead = 0;
-  for (int64_t h = 0; h < std::min<int64_t>(p.n_kv_heads, 16); ++h)
-    lead = std::max<int64_t>(lead, (h * kv.stride_head) & 15);
-  if (lead + row_bytes > slot) return false;
-  // One sequence: the sequence dimension is never stepped; any valid stride does.
-  const int64_t seq_stride = p.n_seqs > 1 ? kv.stride_seq : kv.stride_token * p.kv_capacity;
-  if (seq_stride <= 0 || seq_stride % 16 != 0 || seq_stride >= (int64_t{1} << 40)) return false;
+  const std::optional<TmaTileView> view = tma_tile_view(kv, type, row_bytes, slot, p);
+  if (!view) return false;
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return false;
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(extent),
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(view->extent),
                               static_cast<cuuint64_t>(p.kv_capacity),
                               static_cast<cuuint64_t>(p.n_seqs)};
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(kv.stride_token),
-                                 static_cast<cuuint64_t>(seq_stride)};
+                                 static_cast<cuuint64_t>(view->seq_stride)};
   const cuuint32_t box[3] = {static_cast<cuuint32_t>(slot), static_cast<cuuint32_t>(bk), 1};
   const cuuint32_t steps[3] = {1, 1, 1};
   static_assert(sizeof(TensorMapBytes) == sizeof(CUtensorMap));

@@ -139,4 +139,27 @@ Expected<CopyMode> copy_mode(const char* which, const KvTensor& kv, KvType type,
                            which, addr, kv.stride_token, kv.stride_head, kv.stride_seq)};
 }
 
+std::optional<TmaTileView> tma_tile_view(const KvTensor& kv, KvType type, int32_t row_bytes,
+                                         int32_t slot, const AttentionProblem& p) {
+  if (p.page_size > 0 || traits(type).block_values == 1 || slot > 256) return std::nullopt;
+  const auto addr = reinterpret_cast<uintptr_t>(kv.data);
+  if (addr % 16 != 0 || kv.stride_token <= 0 || kv.stride_token % 16 != 0 || kv.stride_head < 0)
+    return std::nullopt;
+  TmaTileView v;
+  v.extent = int64_t{p.n_kv_heads - 1} * kv.stride_head + row_bytes;
+  if (v.extent > kv.stride_token || v.extent > (int64_t{1} << 31) ||
+      p.kv_capacity >= (int64_t{1} << 31))
+    return std::nullopt;
+  // The widest lead (head * stride_head & 15; data and strides are 16-byte aligned) and the row.
+  int64_t lead = 0;
+  for (int64_t h = 0; h < std::min<int64_t>(p.n_kv_heads, 16); ++h)
+    lead = std::max<int64_t>(lead, (h * kv.stride_head) & 15);
+  if (lead + row_bytes > slot) return std::nullopt;
+  // One sequence: the sequence dimension is never stepped; any valid stride does.
+  v.seq_stride = p.n_seqs > 1 ? kv.stride_seq : kv.stride_token * p.kv_capacity;
+  if (v.seq_stride <= 0 || v.seq_stride % 16 != 0 || v.seq_stride >= (int64_t{1} << 40))
+    return std::nullopt;
+  return v;
+}
+
 }  // namespace kvflash::cuda::decode

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "kvflash/problem.hpp"
 #include "kvflash/status.hpp"
@@ -58,5 +59,20 @@ struct CopyMode {
 };
 Expected<CopyMode> copy_mode(const char* which, const KvTensor& kv, KvType type, int32_t row_bytes,
                              int32_t slot_bytes, const AttentionProblem& p);
+
+// How TMA copies a tensor's K or V tiles (DecodeParams::k_map): the tensor viewed as [seq][token]
+// [the bytes of all heads' rows], one box = bk tokens x `slot` bytes starting at the head's row
+// rounded down to 16 bytes (box starts must be 16-byte aligned; the row lands after its lead, as
+// with 16-byte cp.async copies). Nothing where TMA cannot describe it and the tiles are copied
+// with cp.async: paged tensors; float rows (their padded slots would need boxes reading into the
+// next head's row: measured 0.80x at 1M); slots over 256 bytes (the box limit); data, token or
+// sequence strides not multiples of 16 bytes; heads not inside one token's row; the widest lead
+// and the row not fitting the slot.
+struct TmaTileView {
+  int64_t extent = 0;      // bytes of a token's row that the boxes may read (dimension 0)
+  int64_t seq_stride = 0;  // bytes from one sequence to the next (any valid value for one)
+};
+std::optional<TmaTileView> tma_tile_view(const KvTensor& kv, KvType type, int32_t row_bytes,
+                                         int32_t slot, const AttentionProblem& p);
 
 }  // namespace kvflash::cuda::decode
