@@ -13,6 +13,18 @@ namespace {
 int32_t round_up(int64_t x, int64_t m) {
   return static_cast<int32_t>((x + m - 1) / m * m);
 }
+
+// The largest lead (row address & 15) of any (sequence, head) of a tensor: the address & 15
+// repeats every 16 of each index. Paged tensors: the sequences share the pages (no stride).
+int64_t widest_lead16(const KvTensor& kv, const AttentionProblem& p) {
+  const auto addr = static_cast<int64_t>(reinterpret_cast<uintptr_t>(kv.data) & 15);
+  const int64_t seq_stride = p.page_size > 0 ? 0 : kv.stride_seq;
+  int64_t lead = 0;
+  for (int64_t s = 0; s < std::min<int64_t>(p.n_seqs, 16); ++s)
+    for (int64_t h = 0; h < std::min<int64_t>(p.n_kv_heads, 16); ++h)
+      lead = std::max<int64_t>(lead, (addr + s * seq_stride + h * kv.stride_head) & 15);
+  return lead;
+}
 }  // namespace
 
 DecodeLayout decode_layout(const AttentionProblem& p) {
@@ -115,13 +127,7 @@ Expected<CopyMode> copy_mode(const char* which, const KvTensor& kv, KvType type,
                              which, to_string(type))};
   const bool even = addr % 2 == 0 && kv.stride_head % 2 == 0 && seq_stride % 2 == 0;
   if (even && kv.stride_token % 16 == 0) {
-    // The largest lead of any (sequence, head): address & 15 repeats every 16 of each index.
-    int64_t lead = 0;
-    for (int64_t s = 0; s < std::min<int64_t>(p.n_seqs, 16); ++s)
-      for (int64_t h = 0; h < std::min<int64_t>(p.n_kv_heads, 16); ++h)
-        lead = std::max<int64_t>(
-            lead, static_cast<int64_t>((addr + s * seq_stride + h * kv.stride_head) & 15));
-    const int64_t units = (lead + row_bytes + 15) / 16;
+    const int64_t units = (widest_lead16(kv, p) + row_bytes + 15) / 16;
     if (units * 16 <= slot_bytes) return CopyMode{16, true, static_cast<int32_t>(units)};
   }
   if (aligned(8)) return CopyMode{8, false, row_bytes / 8};
@@ -150,11 +156,8 @@ std::optional<TmaTileView> tma_tile_view(const KvTensor& kv, KvType type, int32_
   if (v.extent > kv.stride_token || v.extent > (int64_t{1} << 31) ||
       p.kv_capacity >= (int64_t{1} << 31))
     return std::nullopt;
-  // The widest lead (head * stride_head & 15; data and strides are 16-byte aligned) and the row.
-  int64_t lead = 0;
-  for (int64_t h = 0; h < std::min<int64_t>(p.n_kv_heads, 16); ++h)
-    lead = std::max<int64_t>(lead, (h * kv.stride_head) & 15);
-  if (lead + row_bytes > slot) return std::nullopt;
+  // The widest lead and the row (a sequence stride that is not a multiple of 16 fails below).
+  if (widest_lead16(kv, p) + row_bytes > slot) return std::nullopt;
   // One sequence: the sequence dimension is never stepped; any valid stride does.
   v.seq_stride = p.n_seqs > 1 ? kv.stride_seq : kv.stride_token * p.kv_capacity;
   if (v.seq_stride <= 0 || v.seq_stride % 16 != 0 || v.seq_stride >= (int64_t{1} << 40))
