@@ -28,6 +28,6 @@ timeout 150 compute-sanitizer --tool memcheck build/ab-a/tests/test_gpu_attentio
   --gtest_filter='Cases/CudaDecode.*:CudaGraph.*' > /tmp/ab/memcheck.txt 2>&1
 echo "memcheck rc=$?"
 grep "ERROR SUMMARY" /tmp/ab/memcheck.txt | tail -2
-timeout 240 scripts/ab_gpu.sh /tmp/ab x.patch -R 3 -- "$@" > /tmp/ab/stdout.txt 2>&1
+timeout 330 scripts/ab_gpu.sh /tmp/ab x.patch -R 3 -- "$@" > /tmp/ab/stdout.txt 2>&1
 echo "ab rc=$?"
 cat /tmp/ab/ab.md

@@ -174,6 +174,18 @@ void check_k_frags(int32_t n, std::mt19937& rng) {
         expect_f16_of<T>(got, x[j],
                          fmt::format("{} n={} b={} t={} j={}", to_string(T), n, b, t, j));
       }
+      if constexpr (T == KvType::q8_0 || T == KvType::q4_0) {
+        // The raw codes: (code - bias) times the block's scale is the row reader's product,
+        // exactly (the kernel's MMA sums the raw codes and applies bias and scale in f32).
+        const frag4 r = k_frag_raw<T>(row, b, t);
+        const uint32_t raw[4] = {r.x, r.y, r.z, r.w};
+        const float scale = half_to_float(static_cast<uint16_t>(k_scale<T>(row, b)));
+        for (int j = 0; j < 8; ++j) {
+          const float code = (j & 1) ? half_hi(raw[j >> 1]) : half_lo(raw[j >> 1]);
+          EXPECT_EQ(scale * (code - k_raw_bias<T>(j >> 2)), x[j])
+              << fmt::format("raw {} n={} b={} t={} j={}", to_string(T), n, b, t, j);
+        }
+      }
     }
 }
 

@@ -10,8 +10,8 @@ namespace kvflash::cuda::decode {
 
 #include "backends/cuda/decode/instances/decode_table.inc"
 
-const DecodeInstance& decode_instance(KvType k, KvType v) {
-  return kDecodeInstances[static_cast<int>(k)][static_cast<int>(v)];
+const DecodeInstance& decode_instance(KvType k, KvType v, int n_qtiles) {
+  return kDecodeInstances[static_cast<int>(k)][static_cast<int>(v)][n_qtiles == 1 ? 0 : 1];
 }
 
 namespace {

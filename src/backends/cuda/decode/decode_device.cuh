@@ -112,6 +112,14 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   }
 }
 
+// The transpose of an 8x8 matrix of 16-bit values held as one m8n8 fragment (lane 4r + c holds
+// row r, columns 2c, 2c + 1): afterwards the lane holds row r of the transpose.
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t y;
+  asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(y) : "r"(x));
+  return y;
+}
+
 // D += A.B for one m16n8k16 tile, f32 accumulation.
 template <bool kBf16>
 __device__ __forceinline__ void mma16816(float (&d)[4], const uint4& a, uint32_t b0, uint32_t b1) {

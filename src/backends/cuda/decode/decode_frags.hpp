@@ -177,6 +177,46 @@ KVFLASH_HD frag4 k_frag_quant(const uint8_t* row, int b, int t) {
   return r;
 }
 
+// The same operands as k_frag_quant before the bias and scale: q8_0 half2(1152 + q) (1024 + the
+// code + 128) in all four; q4_0 half2(1032 + n - 8) = 1024 + n in x, y (low nibbles, k_dim values
+// 0-3) and 64 + n in z, w (high nibbles, values 4-7). All exact in f16. The kernel folds the
+// bias into the MMA's accumulator (minus the bias times the sum of the query's values, per
+// 16-dim chunk) and applies the block's scale, k_scale, to the f32 result.
+template <KvType T>
+KVFLASH_HD frag4 k_frag_raw(const uint8_t* row, int b, int t) {
+  frag4 r;
+  if constexpr (T == KvType::q8_0) {
+    const uint8_t* blk = row + 34 * b;
+    uint32_t w[4];
+    KVFLASH_UNROLL
+    for (int k = 0; k < 4; ++k)
+      w[k] = lop_and_xor(byte_perm(load_u16(blk + 2 + 8 * t + 2 * k), 0u, 0x4140u), 0x00ff00ffu,
+                         0x64806480u);
+    r = make_frag4(w[0], w[1], w[2], w[3]);
+  } else {
+    const uint8_t* blk = row + 18 * b;
+    const uint32_t q = byte_perm(load_u16(blk + 2 + 4 * t), load_u16(blk + 4 + 4 * t), 0x5410u);
+    const uint32_t q8 = q >> 8;
+    const uint32_t e_lo = opaque_u32(0x64006400u), e_hi = opaque_u32(0x54005400u);
+    r.x = and_or<0x000f000fu>(q, e_lo);
+    r.y = and_or<0x000f000fu>(q8, e_lo);
+    r.z = and_or<0x00f000f0u>(q, e_hi);
+    r.w = and_or<0x00f000f0u>(q8, e_hi);
+  }
+  return r;
+}
+// The biases of k_frag_raw's values for the 16-dim chunks of a 32-dim block: chunk 0 (values
+// 0-3 of k_dim) and chunk 1 (values 4-7).
+template <KvType T>
+constexpr float k_raw_bias(int chunk) {
+  return T == KvType::q8_0 ? 1152.0f : (chunk == 0 ? 1032.0f : 72.0f);
+}
+// The f16 bits of block b's scale.
+template <KvType T>
+KVFLASH_HD uint32_t k_scale(const uint8_t* row, int b) {
+  return load_u16(row + (T == KvType::q8_0 ? 34 : 18) * b);
+}
+
 // P.V B operands for 16 contiguous dims (d0, 16-aligned within a 32-block) of four q8_0 key rows:
 // out[i] = {half2(V[k0][d0+i], V[k1][d0+i]), half2(V[k2][d0+i], V[k3][d0+i])}.
 template <typename F>

@@ -1,5 +1,5 @@
-// The decode kernel instances: one per (K type, V type), defined in the generated files
-// instances/decode_k_<type>.cu (generator: gen_instances.py beside this file).
+// The decode kernel instances: one per (K type, V type, query n-tiles 1 or 2), defined in the
+// generated files instances/decode_k_<type>_r<n>.cu (generator: gen_instances.py beside this file).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,16 +15,16 @@ struct DecodeInstance {
   void (*launch)(const DecodeParams& p, dim3 grid, size_t smem, cudaStream_t stream);
 };
 
-// The instance for a type pair (every pair of kAllKvTypes has one).
-const DecodeInstance& decode_instance(KvType k, KvType v);
+// The instance for a type pair (every pair of kAllKvTypes has one) and n_qtiles (1 or 2).
+const DecodeInstance& decode_instance(KvType k, KvType v, int n_qtiles);
 
 // The launcher of the split merge (and finalize) kernel for V type v.
 using MergeLaunch = void (*)(const DecodeParams& p, dim3 grid, size_t smem, cudaStream_t stream);
 MergeLaunch merge_launch(KvType v);
 
-template <KvType KT, KvType VT>
+template <KvType KT, KvType VT, int NR>
 cudaError_t prepare_decode(size_t smem, int* ctas_per_sm);
-template <KvType KT, KvType VT>
+template <KvType KT, KvType VT, int NR>
 void launch_decode(const DecodeParams& p, dim3 grid, size_t smem, cudaStream_t stream);
 
 }  // namespace kvflash::cuda::decode

@@ -5,17 +5,22 @@
 // (one tensor copy per tile and tensor onto the stage's mbarrier; the host encodes the tensor
 // maps), the others by cp.async (decode_copy.cuh), so
 // every KV byte is read from device memory once per KV head: all query heads of the GQA group
-// and all query tokens share the tile. Tensor cores do both products (mma.m16n8k16, f32
-// accumulation): the query rows (token x head of the group) are the M dimension, 16 keys the N
-// dimension of Q.K^T, and the scores, kept in registers, become the A operand of P.V. K and V are
-// decoded from shared memory straight into fragment registers (decode_frags.hpp); turbo types are
-// read in the rotated domain (Q rotated in the prologue; the output is rotated back when
-// finalized).
+// and all query tokens share the tile. Tensor cores do both products transposed (mma.m16n8k16,
+// f32 accumulation): S^T = K.Q^T with 16 keys as the M dimension and the query rows (token x
+// head of the group) as N tiles of 8, then O^T = V^T.P^T with 16 V dims as M; the scores stay in
+// registers and become P^T's B operands through one movmatrix transpose per 8 keys. One token of
+// GQA <= 8 fills one N tile (NR = 1): half the MMAs of a 16-row M tile of queries, and half the
+// accumulators. K and V are decoded from shared memory straight into fragment registers
+// (decode_frags.hpp); q8_0 / q4_0 K go in as raw codes, their bias folded into the accumulator's
+// start and their scale applied to the f32 scores (the key rows are the lane's own rows); turbo
+// types are read in the rotated domain (Q rotated in the prologue; the output is rotated back
+// when finalized).
 //
-// Warps: 4 per CTA, each owning one 16-row M tile, one slice of <= 128 V dims, and one of
-// n_kgroups interleaved subsets of each tile's 16-key steps; warps of different key subsets are
-// merged through shared memory at the end. A CTA either finalizes its rows (one split) or writes
-// its partial state {o, m, l} to the workspace for decode_merge_kernel (decode_merge.cuh).
+// Warps: 4 per CTA, each owning one 16-row block of query rows (NR N tiles of 8), one slice of
+// <= 128 V dims, and one of n_kgroups interleaved subsets of each tile's 16-key steps; warps of
+// different key subsets are merged through shared memory at the end. A CTA either finalizes its
+// rows (one split) or writes its partial state {o, m, l} to the workspace for decode_merge_kernel
+// (decode_merge.cuh).
 #pragma once
 
 #include <cstdint>
@@ -29,7 +34,36 @@ namespace kvflash::cuda::decode {
 // ---------------------------------------------------------------------------------------------
 // The kernel
 
-template <KvType KT, KvType VT>
+// A warp's running state: O accumulators and, per query row of the lane, the running maximum and
+// sum. NR 1 (keys as the M dimension): O^T tiles o[m][0] for the lane's V dims 2m, 2m + 1 (of
+// its nt) and rows 2t, 2t + 1 (m[0][e], l[0][e]: row 2t + e). NR 2 (query rows as M): o[i] for
+// V-dim tile i, rows g and g + 8 (m[h], l[h]: row g + 8h).
+template <int NR>
+struct RunState;
+template <>
+struct RunState<1> {
+  float o[8][1][4], m[1][2], l[1][2];
+  __device__ void init() {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[i][0][0] = o[i][0][1] = o[i][0][2] = o[i][0][3] = 0.0f;
+    m[0][0] = m[0][1] = kNegInf;
+    l[0][0] = l[0][1] = 0.0f;
+  }
+};
+template <>
+struct RunState<2> {
+  float o[16][4], m[2], l[2];
+  __device__ void init() {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    m[0] = m[1] = kNegInf;
+    l[0] = l[1] = 0.0f;
+  }
+};
+
+// NR: 1 for up to 8 query rows per KV head (S^T = K.Q^T, one N tile of 8 rows), else 2 (S =
+// Q.K^T with 16-row M tiles of query rows: two n-tiles' worth).
+template <KvType KT, KvType VT, int NR>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     decode_kernel(const __grid_constant__ DecodeParams p) {
   constexpr bool kBfK = KT == KvType::bf16;  // Q.K^T in bf16 only for bf16 K, else f16
@@ -92,6 +126,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 
   // Shared memory: [Q fragments][stage 0: K tile, V tile][stage 1: ...]
   uint4* q_frag = reinterpret_cast<uint4*>(smem);
+  // q8_0 / q4_0 K: the query's bias terms per 32-dim block and row, [block][row_block] (qk step).
+  float* const qc = reinterpret_cast<float*>(smem + p.n_mtiles * (p.dkc / 16) * 32 * 16);
   uint8_t* stage_base = smem + p.smem_q_bytes;
   const int k_tile_bytes = p.bk * p.sk_stride;
 
@@ -113,13 +149,6 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   const int mt = item % p.n_mtiles, ds = item / p.n_mtiles;
   const int nt = p.slice_w / 8;  // dims per thread per key in P.V (<= 16)
   const int dv0 = ds * p.slice_w + g * nt;
-
-  // Per-row facts for this thread's rows g + 8h of its M tile, worked out where a step needs them
-  // (masks, ALiBi, visibility: not in the usual all-visible step), so that they take no registers
-  // across the key loop, which runs at the 128-register bound.
-  auto row_tok = [&](int h) {
-    return fdiv(min(row0 + mt * 16 + g + 8 * h, p.rows - 1), p.div_group);
-  };
 
   TurboLut<KT> tlut_k;
   TurboLut<VT> tlut_v;
@@ -287,11 +316,17 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
         forward_rotate_group(qs + gi * 128, lane, sign_words);
       __syncthreads();
     }
+    // q8_0 / q4_0 K with one n-tile: the raw codes' bias terms (k_frag_raw), per row and 16-dim
+    // chunk minus the bias times the sum of the query's values as packed (scaled, rounded to f16):
+    // qch[chunk][row] from the lanes' packed values, then qc[block][row] = both chunks' sum.
+    constexpr bool kFold = NR == 1 && (KT == KvType::q8_0 || KT == KvType::q4_0);
+    float* const qch = qc + p.row_block * (p.dkc / 32);
     const int chunks = p.dkc / 16;
-    for (int i = tid; i < p.n_mtiles * chunks * 32; i += kThreads) {
+    for (int i = tid; i < p.n_mtiles * chunks * 32; i += kThreads) {  // whole warps per item row
       const int ln = i & 31, mt = fdiv(i >> 5, p.div_chunks), c = (i >> 5) - mt * chunks;
       const int gg = ln >> 2, tt = ln & 3;
       uint32_t regs[4];
+      float part[2] = {0.0f, 0.0f};  // rows gg, gg + 8
 #pragma unroll
       for (int reg = 0; reg < 4; ++reg) {
         const int r = mt * 16 + gg + ((reg & 1) ? 8 : 0);
@@ -305,10 +340,30 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
           v2[h] = qs[r * p.dkc + d] * p.scale;
         }
         regs[reg] = pack2<kBfK>(v2[0], v2[1]);
+        if constexpr (kFold) {
+          const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&regs[reg]));
+          part[reg & 1] += f.x + f.y;
+        }
       }
       q_frag[i] = make_uint4(regs[0], regs[1], regs[2], regs[3]);
+      if constexpr (kFold) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          part[h] += __shfl_xor_sync(0xffffffffu, part[h], 1);
+          part[h] += __shfl_xor_sync(0xffffffffu, part[h], 2);
+          if (tt == 0)
+            qch[c * p.row_block + mt * 16 + gg + 8 * h] = -k_raw_bias<KT>(c & 1) * part[h];
+        }
+      }
     }
     __syncthreads();
+    if constexpr (kFold) {
+      for (int i = tid; i < p.row_block * (p.dkc / 32); i += kThreads) {
+        const int b = i / p.row_block, r = i - b * p.row_block;
+        qc[i] = qch[2 * b * p.row_block + r] + qch[(2 * b + 1) * p.row_block + r];
+      }
+      __syncthreads();
+    }
     if (p.zero_stages) {
       for (int i = tid * 16; i < (p.n_stages - 1) * p.smem_kv_bytes; i += kThreads * 16)
         *reinterpret_cast<uint4*>(stage_base + p.smem_kv_bytes + i) = make_uint4(0, 0, 0, 0);
@@ -325,11 +380,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // for this grid's completion before it reads anything.
   asm volatile("griddepcontrol.launch_dependents;");
 
-  // The running state: accumulators, row maxima and sums (declared here, after the prologue).
-  float o[16][4];
-#pragma unroll
-  for (int i = 0; i < 16; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-  float m_run[2] = {kNegInf, kNegInf}, l_run[2] = {0.0f, 0.0f};
+  // The running state (declared here, after the prologue): accumulators, and per query row of
+  // the lane the running maximum and sum (RunState).
+  RunState<NR> rs;
+  rs.init();
 
   // Up to n_stages tiles in flight: refill the stage of tile ti - 1 (consumed before the last
   // iteration's closing barrier) with tile ti + n_stages - 1, then wait for tile ti only.
@@ -379,222 +433,482 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
         const int64_t j0 = tile_key0 + 16 * s;
         if (j0 >= k_hi) break;
 
-        // S = Q.K^T for 16 keys: n-tile n holds keys j0 + 8n + (0..7); this thread loads key
-        // row 8n + g and holds scores of keys 8n + 2t, 8n + 2t + 1 for rows g, g + 8.
-        float sc[2][4] = {};
-        const uint8_t* krow[2];
+        if constexpr (NR == 1) {
+          // S^T = K.Q^T for 16 keys: the keys are the M dimension (this lane loads key rows g and
+          // g + 8, the A operand's rows: krow[0], krow[1]) and the query rows the N dimension
+          // (n-tile r: rows 8r .. 8r + 7 of the warp's M tile, Q^T's B operands are the Q
+          // fragments' halves). The lane holds the scores of keys g (st[r][0..1]) and g + 8
+          // (st[r][2..3]) for rows 8r + 2t and 8r + 2t + 1. One n-tile serves up to 8 query rows
+          // (one token of GQA <= 8).
+          float st[NR][4] = {};
+          const uint8_t* krow[2];
 #pragma unroll
-        for (int n = 0; n < 2; ++n) krow[n] = ks + (16 * s + 8 * n) * p.sk_stride + k_slot;
-        const uint4* qf = q_frag + (mt * (p.dkc / 16)) * 32 + lane;
-        if constexpr (is_rotated(KT)) {
-          // Per 128-dim group: the scores of the codebook values, then times each key's norm in
-          // f32 (2 shuffles and 4 FMUL per n-tile where scaling the K values took 16 HMUL2). The
-          // norm of key 8n + 2t + e comes from lane 4 * (2t + e), whose B-operand row it is.
-          // Group 0 goes straight into sc (D 128: no further registers), later ones are added.
-          const auto group_scores = [&](int gi, float(&acc)[2][4]) {
+          for (int n = 0; n < 2; ++n) krow[n] = ks + (16 * s + 8 * n) * p.sk_stride + k_slot;
+          const uint4* qf = q_frag + (mt * (p.dkc / 16)) * 32 + lane;
+          // One 16-dim chunk: A from the two key rows' B-style fragments (x/y of chunk 0, z/w of
+          // chunk 1 of a block), B from the Q fragment (rows g: x, z; rows g + 8: y, w).
+          const auto qk = [&](float(&acc)[NR][4], const uint4& w0, const uint4& w1, const uint4& qa,
+                              const uint4& qb) {
+            const uint4 a0 = make_uint4(w0.x, w1.x, w0.y, w1.y);
+            const uint4 a1 = make_uint4(w0.z, w1.z, w0.w, w1.w);
+            mma16816<kBfK>(acc[0], a0, qa.x, qa.z);
+            mma16816<kBfK>(acc[0], a1, qb.x, qb.z);
+          };
+          if constexpr (is_rotated(KT)) {
+            // Per 128-dim group: the scores of the codebook values, then times each key's norm in
+            // f32 (the lane's own rows). Group 0 goes straight into st, later ones are added.
+            const auto group_scores = [&](int gi, float(&acc)[NR][4]) {
 #pragma unroll 1  // unrolled, the Q fragments of all four blocks are loaded early: spills
-            for (int bb = 0; bb < 4; ++bb) {
-              const int b = 4 * gi + bb;
-              const uint4 a0 = qf[(2 * b) * 32], a1 = qf[(2 * b + 1) * 32];
+              for (int bb = 0; bb < 4; ++bb) {
+                const int b = 4 * gi + bb;
+                qk(acc, k_frag_turbo<KT>(krow[0], b, t, tlut_k),
+                   k_frag_turbo<KT>(krow[1], b, t, tlut_k), qf[(2 * b) * 32], qf[(2 * b + 1) * 32]);
+              }
+              const float n0 = half_to_float(static_cast<uint16_t>(turbo_norm<KT>(krow[0], gi)));
+              const float n1 = half_to_float(static_cast<uint16_t>(turbo_norm<KT>(krow[1], gi)));
 #pragma unroll
-              for (int n = 0; n < 2; ++n) {
-                const uint4 w = k_frag_turbo<KT>(krow[n], b, t, tlut_k);
-                mma16816<false>(acc[n], a0, w.x, w.y);
-                mma16816<false>(acc[n], a1, w.z, w.w);
+              for (int r = 0; r < NR; ++r) {
+                acc[r][0] *= n0;
+                acc[r][1] *= n0;
+                acc[r][2] *= n1;
+                acc[r][3] *= n1;
+              }
+            };
+            group_scores(0, st);
+            for (int gi = 1; gi < p.dkc / 128; ++gi) {
+              float part[NR][4] = {};
+              group_scores(gi, part);
+#pragma unroll
+              for (int r = 0; r < NR; ++r)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) st[r][e] += part[r][e];
+            }
+          }
+          if constexpr (KT == KvType::q8_0 || KT == KvType::q4_0) {
+            // Raw codes (exact in f16) into an accumulator that starts at minus the bias times the
+            // query's chunk sums (qc), so the MMA leaves sum(q * (code - bias)) per block; the
+            // block's scale of each key row (this lane's own rows) then multiplies it in f32.
+            const float* qcm = qc + mt * 16 + 2 * t;
+#pragma unroll 4
+            for (int b = 0; b < p.dkc / 32; ++b) {
+              const uint4 qa = qf[(2 * b) * 32], qb = qf[(2 * b + 1) * 32];
+              const uint4 w0 = k_frag_raw<KT>(krow[0], b, t), w1 = k_frag_raw<KT>(krow[1], b, t);
+              const float s0 = half_to_float(static_cast<uint16_t>(k_scale<KT>(krow[0], b)));
+              const float s1 = half_to_float(static_cast<uint16_t>(k_scale<KT>(krow[1], b)));
+              float acc[NR][4];
+#pragma unroll
+              for (int r = 0; r < NR; ++r) {
+                const float2 c = *reinterpret_cast<const float2*>(qcm + b * p.row_block + 8 * r);
+                acc[r][0] = acc[r][2] = c.x;
+                acc[r][1] = acc[r][3] = c.y;
+              }
+              qk(acc, w0, w1, qa, qb);
+#pragma unroll
+              for (int r = 0; r < NR; ++r) {
+                st[r][0] = fmaf(s0, acc[r][0], st[r][0]);
+                st[r][1] = fmaf(s0, acc[r][1], st[r][1]);
+                st[r][2] = fmaf(s1, acc[r][2], st[r][2]);
+                st[r][3] = fmaf(s1, acc[r][3], st[r][3]);
               }
             }
+          }
+          if constexpr (!is_rotated(KT) && KT != KvType::q8_0 && KT != KvType::q4_0)
+          // Unrolled (4 blocks: D 128 in one pass): rolled, the loop's address and counter work
+          // was ~16 instructions per block.
+#pragma unroll 4
+            for (int b = 0; b < p.dkc / 32; ++b) {
+              const uint4 qa = qf[(2 * b) * 32], qb = qf[(2 * b + 1) * 32];
+              uint4 w[2];
 #pragma unroll
-            for (int n = 0; n < 2; ++n) {
-              const float nk = half_to_float(static_cast<uint16_t>(turbo_norm<KT>(krow[n], gi)));
-              const float n0 = __shfl_sync(0xffffffffu, nk, 8 * t);
-              const float n1 = __shfl_sync(0xffffffffu, nk, 8 * t + 4);
-              acc[n][0] *= n0;
-              acc[n][1] *= n1;
-              acc[n][2] *= n0;
-              acc[n][3] *= n1;
+              for (int n = 0; n < 2; ++n) {
+                if constexpr (KT == KvType::f16 || KT == KvType::bf16) {
+                  // Stored as the fragment wants it: one 16-byte load is both chunks' operands.
+                  w[n] = *reinterpret_cast<const uint4*>(krow[n] + 64 * b + 16 * t);
+                } else {
+                  float x[8];
+                  k_values<KT>(krow[n], b, t, lut_k, x);
+                  w[n] = make_uint4(pack2<kBfK>(x[0], x[1]), pack2<kBfK>(x[2], x[3]),
+                                    pack2<kBfK>(x[4], x[5]), pack2<kBfK>(x[6], x[7]));
+                }
+              }
+              qk(st, w[0], w[1], qa, qb);
             }
+
+          // Soft cap, ALiBi, mask, visibility; then the online softmax per query row.
+          const bool all_visible = tile_visible || (plain && j0 + 15 < k_hi &&
+                                                    (!p.causal || j0 + 15 <= len - p.n_q_tokens) &&
+                                                    (p.window == 0 || len - 1 - j0 < p.window));
+          if (!all_visible) {
+#pragma unroll
+            for (int r = 0; r < NR; ++r)
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int rr = min(row0 + mt * 16 + 8 * r + 2 * t + e, p.rows - 1);
+                const int tok = fdiv(rr, p.div_group);
+                const int64_t pos = len - p.n_q_tokens + tok;
+                const float slope =
+                    p.has_alibi ? __ldg(p.alibi + kvh * p.group + rr - tok * p.group) : 0.0f;
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                  const int64_t j = j0 + g + 8 * h;
+                  float x = st[r][2 * h + e];
+                  if (p.softcap > 0.0f) x = p.softcap * tanhf(x / p.softcap);
+                  if (p.has_alibi) x += slope * static_cast<float>(j - pos);
+                  if (p.has_mask && j < k_hi)
+                    x += p.mask[(int64_t{seq} * p.n_q_tokens + tok) * p.mask_stride + j];
+                  const bool hidden =
+                      j >= k_hi || (p.causal && j > pos) || (p.window > 0 && pos - j >= p.window);
+                  st[r][2 * h + e] = hidden ? kNegInf : x;
+                }
+              }
+          }
+
+          // Per query row (a column of S^T): the maximum over the 16 keys across the 8 lanes of the
+          // same t, then P in place and the running sum (this lane's two keys; the lanes' sums are
+          // added at the end).
+          float alpha[NR][2];
+#pragma unroll
+          for (int r = 0; r < NR; ++r) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              float mx = fmaxf(st[r][e], st[r][2 + e]);
+              mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+              mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+              mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+              const float m_new = fmaxf(rs.m[r][e], mx);
+              const float ref = m_new == kNegInf ? 0.0f : m_new;
+              alpha[r][e] = exp2_ftz((rs.m[r][e] - ref) * kLog2e);  // m_run = -inf gives 0
+              rs.m[r][e] = m_new;
+              const float p0 = exp2_ftz((st[r][e] - ref) * kLog2e);
+              const float p1 = exp2_ftz((st[r][2 + e] - ref) * kLog2e);
+              st[r][e] = p0;
+              st[r][2 + e] = p1;
+              rs.l[r][e] = rs.l[r][e] * alpha[r][e] + (p0 + p1);
+            }
+          }
+          // Once the running maxima settle, alpha is 1 everywhere: skip the multiplies.
+          bool rescale = false;
+#pragma unroll
+          for (int r = 0; r < NR; ++r)
+            rescale = rescale || alpha[r][0] != 1.0f || alpha[r][1] != 1.0f;
+          if (__any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+            for (int i = 0; i < 8; ++i)
+#pragma unroll
+              for (int r = 0; r < NR; ++r) {
+                rs.o[i][r][0] *= alpha[r][0];
+                rs.o[i][r][1] *= alpha[r][1];
+                rs.o[i][r][2] *= alpha[r][0];
+                rs.o[i][r][3] *= alpha[r][1];
+              }
+          }
+
+          // O^T += V^T.P^T: P^T's B operands (keys 2t, 2t + 1 and 2t + 8, 2t + 9 of query row g of
+          // n-tile r) are the transposes of the lane's packed scores (keys g, g + 8 of rows 2t,
+          // 2t + 1); V^T's A operand of M tile m is the former B operands of V-dim tiles 2m (rows
+          // g) and 2m + 1 (rows g + 8) that the decoders below produce in order.
+          uint32_t pb[NR][2];
+#pragma unroll
+          for (int r = 0; r < NR; ++r) {
+            pb[r][0] = movmatrix_trans(pack2<kBfV>(st[r][0], st[r][1]));
+            pb[r][1] = movmatrix_trans(pack2<kBfV>(st[r][2], st[r][3]));
+          }
+          const uint8_t* vrow[4];
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk)
+            vrow[kk] = vs + (16 * s + 8 * (kk >> 1)) * p.sv_stride + ((kk & 1) ? v_slot1 : v_slot0);
+          uint32_t sv0 = 0, sv1 = 0;
+          const auto pv = [&](int i, uint32_t b0, uint32_t b1) {
+            if ((i & 1) == 0) {
+              sv0 = b0;
+              sv1 = b1;
+              return;
+            }
+            const uint4 a = make_uint4(sv0, b0, sv1, b1);
+            mma16816<kBfV>(rs.o[i >> 1][0], a, pb[0][0], pb[0][1]);
           };
-          group_scores(0, sc);
-          for (int gi = 1; gi < p.dkc / 128; ++gi) {
-            float part[2][4] = {};
-            group_scores(gi, part);
+          bool done = false;
+          if constexpr (VT == KvType::f16 || VT == KvType::bf16) {
+            if (nt == 16) {
+              // 16 contiguous 16-bit values per key: two 16-byte loads per key, then pairs of keys
+              // interleaved with byte permutes (no conversion: the MMA takes these bits).
+              uint32_t w[4][8];
+#pragma unroll
+              for (int kk = 0; kk < 4; ++kk) {
+                const uint4 lo = *reinterpret_cast<const uint4*>(vrow[kk] + 2 * dv0);
+                const uint4 hi = *reinterpret_cast<const uint4*>(vrow[kk] + 2 * dv0 + 16);
+                w[kk][0] = lo.x, w[kk][1] = lo.y, w[kk][2] = lo.z, w[kk][3] = lo.w;
+                w[kk][4] = hi.x, w[kk][5] = hi.y, w[kk][6] = hi.z, w[kk][7] = hi.w;
+              }
+#pragma unroll
+              for (int i = 0; i < 16; ++i) {
+                const uint32_t sel = (i & 1) ? 0x7632u : 0x5410u;  // high or low halves of both
+                pv(i, __byte_perm(w[0][i >> 1], w[1][i >> 1], sel),
+                   __byte_perm(w[2][i >> 1], w[3][i >> 1], sel));
+              }
+              done = true;
+            }
+          }
+          if constexpr (VT == KvType::q8_0) {
+            if (nt == 16) {
+              v_frags_q8_0_16(vrow, dv0, pv);
+              done = true;
+            }
+          }
+          // q4_0 and turbo: the lane's 16 dims in v_dim16 order (the epilogue puts them back).
+          if constexpr (VT == KvType::q4_0) {
+            if (nt == 16) {
+              v_frags_q4_0_16(vrow, g, ds, pv);
+              done = true;
+            }
+          }
+          if constexpr (is_rotated(VT)) {
+            if (nt == 16) {
+              // The rows' norms scale P^T (keys 2t, 2t + 1 in pb[r][0]; 2t + 8, 2t + 9 in
+              // pb[r][1]): a few HMUL2 per 16 keys, where scaling the V values took 32.
+              const uint32_t n01 =
+                  __byte_perm(turbo_norm<VT>(vrow[0], ds), turbo_norm<VT>(vrow[1], ds), 0x5410u);
+              const uint32_t n23 =
+                  __byte_perm(turbo_norm<VT>(vrow[2], ds), turbo_norm<VT>(vrow[3], ds), 0x5410u);
+#pragma unroll
+              for (int r = 0; r < NR; ++r) {
+                pb[r][0] = h2_mul(pb[r][0], n01);
+                pb[r][1] = h2_mul(pb[r][1], n23);
+              }
+              v_frags_turbo16_packed<VT>(vrow, g, ds, tlut_v, pv);
+              done = true;
+            }
+          }
+          if (!done) {
+#pragma unroll
+            for (int i = 0; i < 16; ++i) {
+              if (i < nt) {  // nt is even (slice widths are multiples of 16)
+                const int d = dv0 + i;
+                pv(i, pack2<kBfV>(v_value<VT>(vrow[0], d, lut_v), v_value<VT>(vrow[1], d, lut_v)),
+                   pack2<kBfV>(v_value<VT>(vrow[2], d, lut_v), v_value<VT>(vrow[3], d, lut_v)));
+              }
+            }
+          }
+        } else {
+          // S = Q.K^T for 16 keys: n-tile n holds keys j0 + 8n + (0..7); this thread loads key
+          // row 8n + g and holds scores of keys 8n + 2t, 8n + 2t + 1 for rows g, g + 8.
+          float sc[2][4] = {};
+          const uint8_t* krow[2];
+#pragma unroll
+          for (int n = 0; n < 2; ++n) krow[n] = ks + (16 * s + 8 * n) * p.sk_stride + k_slot;
+          const uint4* qf = q_frag + (mt * (p.dkc / 16)) * 32 + lane;
+          if constexpr (is_rotated(KT)) {
+            // Per 128-dim group: the scores of the codebook values, then times each key's norm in
+            // f32 (2 shuffles and 4 FMUL per n-tile where scaling the K values took 16 HMUL2). The
+            // norm of key 8n + 2t + e comes from lane 4 * (2t + e), whose B-operand row it is.
+            // Group 0 goes straight into sc (D 128: no further registers), later ones are added.
+            const auto group_scores = [&](int gi, float(&acc)[2][4]) {
+#pragma unroll 1  // unrolled, the Q fragments of all four blocks are loaded early: spills
+              for (int bb = 0; bb < 4; ++bb) {
+                const int b = 4 * gi + bb;
+                const uint4 a0 = qf[(2 * b) * 32], a1 = qf[(2 * b + 1) * 32];
+#pragma unroll
+                for (int n = 0; n < 2; ++n) {
+                  const uint4 w = k_frag_turbo<KT>(krow[n], b, t, tlut_k);
+                  mma16816<false>(acc[n], a0, w.x, w.y);
+                  mma16816<false>(acc[n], a1, w.z, w.w);
+                }
+              }
+#pragma unroll
+              for (int n = 0; n < 2; ++n) {
+                const float nk = half_to_float(static_cast<uint16_t>(turbo_norm<KT>(krow[n], gi)));
+                const float n0 = __shfl_sync(0xffffffffu, nk, 8 * t);
+                const float n1 = __shfl_sync(0xffffffffu, nk, 8 * t + 4);
+                acc[n][0] *= n0;
+                acc[n][1] *= n1;
+                acc[n][2] *= n0;
+                acc[n][3] *= n1;
+              }
+            };
+            group_scores(0, sc);
+            for (int gi = 1; gi < p.dkc / 128; ++gi) {
+              float part[2][4] = {};
+              group_scores(gi, part);
+#pragma unroll
+              for (int n = 0; n < 2; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) sc[n][e] += part[n][e];
+            }
+          }
+          if constexpr (!is_rotated(KT))
+          // Unrolled (4 blocks: D 128 in one pass): rolled, the loop's address and counter work
+          // was ~16 instructions per block (~60 of ~580 per step for q4_0).
+#pragma unroll 4
+            for (int b = 0; b < p.dkc / 32; ++b) {
+              const uint4 a0 = qf[(2 * b) * 32],
+                          a1 = qf[(2 * b + 1) * 32];  // shared by both n-tiles
+#pragma unroll
+              for (int n = 0; n < 2; ++n) {
+                if constexpr (KT == KvType::f16 || KT == KvType::bf16) {
+                  // Stored as the fragment wants it: one 16-byte load is both chunks' B operands.
+                  const uint4 w = *reinterpret_cast<const uint4*>(krow[n] + 64 * b + 16 * t);
+                  mma16816<kBfK>(sc[n], a0, w.x, w.y);
+                  mma16816<kBfK>(sc[n], a1, w.z, w.w);
+                } else if constexpr (KT == KvType::q8_0 || KT == KvType::q4_0) {
+                  const uint4 w = k_frag_quant<KT>(krow[n], b, t);
+                  mma16816<kBfK>(sc[n], a0, w.x, w.y);
+                  mma16816<kBfK>(sc[n], a1, w.z, w.w);
+                } else if constexpr (!is_rotated(KT)) {
+                  float x[8];
+                  k_values<KT>(krow[n], b, t, lut_k, x);
+                  mma16816<kBfK>(sc[n], a0, pack2<kBfK>(x[0], x[1]), pack2<kBfK>(x[2], x[3]));
+                  mma16816<kBfK>(sc[n], a1, pack2<kBfK>(x[4], x[5]), pack2<kBfK>(x[6], x[7]));
+                }
+              }
+            }
+
+          // Soft cap, ALiBi, mask, visibility; then the online softmax per row.
+          const bool all_visible = tile_visible || (plain && j0 + 15 < k_hi &&
+                                                    (!p.causal || j0 + 15 <= len - p.n_q_tokens) &&
+                                                    (p.window == 0 || len - 1 - j0 < p.window));
+          if (!all_visible) {
+            int64_t pos[2];
+            int tok_row[2];
+            float slope[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              tok_row[h] = fdiv(min(row0 + mt * 16 + g + 8 * h, p.rows - 1), p.div_group);
+              pos[h] = len - p.n_q_tokens + tok_row[h];
+              const int r = min(row0 + mt * 16 + g + 8 * h, p.rows - 1);
+              slope[h] =
+                  p.has_alibi ? __ldg(p.alibi + kvh * p.group + r - tok_row[h] * p.group) : 0.0f;
+            }
 #pragma unroll
             for (int n = 0; n < 2; ++n)
 #pragma unroll
-              for (int e = 0; e < 4; ++e) sc[n][e] += part[n][e];
-          }
-        }
-        if constexpr (!is_rotated(KT))
-        // Unrolled (4 blocks: D 128 in one pass): rolled, the loop's address and counter work
-        // was ~16 instructions per block (~60 of ~580 per step for q4_0).
-#pragma unroll 4
-          for (int b = 0; b < p.dkc / 32; ++b) {
-            const uint4 a0 = qf[(2 * b) * 32], a1 = qf[(2 * b + 1) * 32];  // shared by both n-tiles
-#pragma unroll
-            for (int n = 0; n < 2; ++n) {
-              if constexpr (KT == KvType::f16 || KT == KvType::bf16) {
-                // Stored as the fragment wants it: one 16-byte load is both chunks' B operands.
-                const uint4 w = *reinterpret_cast<const uint4*>(krow[n] + 64 * b + 16 * t);
-                mma16816<kBfK>(sc[n], a0, w.x, w.y);
-                mma16816<kBfK>(sc[n], a1, w.z, w.w);
-              } else if constexpr (KT == KvType::q8_0 || KT == KvType::q4_0) {
-                const uint4 w = k_frag_quant<KT>(krow[n], b, t);
-                mma16816<kBfK>(sc[n], a0, w.x, w.y);
-                mma16816<kBfK>(sc[n], a1, w.z, w.w);
-              } else if constexpr (!is_rotated(KT)) {
-                float x[8];
-                k_values<KT>(krow[n], b, t, lut_k, x);
-                mma16816<kBfK>(sc[n], a0, pack2<kBfK>(x[0], x[1]), pack2<kBfK>(x[2], x[3]));
-                mma16816<kBfK>(sc[n], a1, pack2<kBfK>(x[4], x[5]), pack2<kBfK>(x[6], x[7]));
+              for (int e = 0; e < 4; ++e) {
+                const int h = e >> 1;
+                const int64_t j = j0 + 8 * n + 2 * t + (e & 1);
+                float x = sc[n][e];
+                if (p.softcap > 0.0f) x = p.softcap * tanhf(x / p.softcap);
+                if (p.has_alibi) x += slope[h] * static_cast<float>(j - pos[h]);
+                if (p.has_mask && j < k_hi)
+                  x += p.mask[(int64_t{seq} * p.n_q_tokens + tok_row[h]) * p.mask_stride + j];
+                const bool hidden = j >= k_hi || (p.causal && j > pos[h]) ||
+                                    (p.window > 0 && pos[h] - j >= p.window);
+                sc[n][e] = hidden ? kNegInf : x;
               }
-            }
           }
 
-        // Soft cap, ALiBi, mask, visibility; then the online softmax per row.
-        const bool all_visible = tile_visible || (plain && j0 + 15 < k_hi &&
-                                                  (!p.causal || j0 + 15 <= len - p.n_q_tokens) &&
-                                                  (p.window == 0 || len - 1 - j0 < p.window));
-        if (!all_visible) {
-          int64_t pos[2];
-          int tok_row[2];
-          float slope[2];
+          float alpha[2];
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            tok_row[h] = row_tok(h);
-            pos[h] = len - p.n_q_tokens + tok_row[h];
-            const int r = min(row0 + mt * 16 + g + 8 * h, p.rows - 1);
-            slope[h] =
-                p.has_alibi ? __ldg(p.alibi + kvh * p.group + r - tok_row[h] * p.group) : 0.0f;
+            float mx =
+                fmaxf(fmaxf(sc[0][2 * h], sc[0][2 * h + 1]), fmaxf(sc[1][2 * h], sc[1][2 * h + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_new = fmaxf(rs.m[h], mx);
+            const float ref = m_new == kNegInf ? 0.0f : m_new;
+            alpha[h] = exp2_ftz((rs.m[h] - ref) * kLog2e);  // m_run = -inf gives 0
+            rs.m[h] = m_new;
+            float sum = 0.0f;
+#pragma unroll
+            for (int n = 0; n < 2; ++n)
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const float pe = exp2_ftz((sc[n][2 * h + e] - ref) * kLog2e);
+                sc[n][2 * h + e] = pe;
+                sum += pe;
+              }
+            rs.l[h] = rs.l[h] * alpha[h] + sum;
           }
-#pragma unroll
-          for (int n = 0; n < 2; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int h = e >> 1;
-              const int64_t j = j0 + 8 * n + 2 * t + (e & 1);
-              float x = sc[n][e];
-              if (p.softcap > 0.0f) x = p.softcap * tanhf(x / p.softcap);
-              if (p.has_alibi) x += slope[h] * static_cast<float>(j - pos[h]);
-              if (p.has_mask && j < k_hi)
-                x += p.mask[(int64_t{seq} * p.n_q_tokens + tok_row[h]) * p.mask_stride + j];
-              const bool hidden =
-                  j >= k_hi || (p.causal && j > pos[h]) || (p.window > 0 && pos[h] - j >= p.window);
-              sc[n][e] = hidden ? kNegInf : x;
-            }
-        }
-
-        float alpha[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float mx =
-              fmaxf(fmaxf(sc[0][2 * h], sc[0][2 * h + 1]), fmaxf(sc[1][2 * h], sc[1][2 * h + 1]));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          const float m_new = fmaxf(m_run[h], mx);
-          const float ref = m_new == kNegInf ? 0.0f : m_new;
-          alpha[h] = exp2_ftz((m_run[h] - ref) * kLog2e);  // m_run = -inf gives 0
-          m_run[h] = m_new;
-          float sum = 0.0f;
-#pragma unroll
-          for (int n = 0; n < 2; ++n)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const float pe = exp2_ftz((sc[n][2 * h + e] - ref) * kLog2e);
-              sc[n][2 * h + e] = pe;
-              sum += pe;
-            }
-          l_run[h] = l_run[h] * alpha[h] + sum;
-        }
-        // Once the running maxima settle, alpha is 1 everywhere: skip 64 multiplies.
-        if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
-#pragma unroll
-          for (int i = 0; i < 16; ++i) {
-            o[i][0] *= alpha[0];
-            o[i][1] *= alpha[0];
-            o[i][2] *= alpha[1];
-            o[i][3] *= alpha[1];
-          }
-        }
-
-        // O += P.V: P (rows x 16 keys) is the A operand straight from the score registers; the
-        // B operand of dim tile i holds V[key][dv0 + i] for keys 2t, 2t+1 (b0) and 2t+8, 2t+9 (b1).
-        uint4 pa;
-        pa.x = pack2<kBfV>(sc[0][0], sc[0][1]);
-        pa.y = pack2<kBfV>(sc[0][2], sc[0][3]);
-        pa.z = pack2<kBfV>(sc[1][0], sc[1][1]);
-        pa.w = pack2<kBfV>(sc[1][2], sc[1][3]);
-        const uint8_t* vrow[4];
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-          vrow[kk] = vs + (16 * s + 8 * (kk >> 1)) * p.sv_stride + ((kk & 1) ? v_slot1 : v_slot0);
-        bool done = false;
-        if constexpr (VT == KvType::f16 || VT == KvType::bf16) {
-          if (nt == 16) {
-            // 16 contiguous 16-bit values per key: two 16-byte loads per key, then pairs of keys
-            // interleaved with byte permutes (no conversion: the MMA takes these bits).
-            uint32_t w[4][8];
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk) {
-              const uint4 lo = *reinterpret_cast<const uint4*>(vrow[kk] + 2 * dv0);
-              const uint4 hi = *reinterpret_cast<const uint4*>(vrow[kk] + 2 * dv0 + 16);
-              w[kk][0] = lo.x, w[kk][1] = lo.y, w[kk][2] = lo.z, w[kk][3] = lo.w;
-              w[kk][4] = hi.x, w[kk][5] = hi.y, w[kk][6] = hi.z, w[kk][7] = hi.w;
-            }
+          // Once the running maxima settle, alpha is 1 everywhere: skip 64 multiplies.
+          if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
             for (int i = 0; i < 16; ++i) {
-              const uint32_t sel = (i & 1) ? 0x7632u : 0x5410u;  // high or low halves of both
-              const uint32_t b0 = __byte_perm(w[0][i >> 1], w[1][i >> 1], sel);
-              const uint32_t b1 = __byte_perm(w[2][i >> 1], w[3][i >> 1], sel);
-              mma16816<kBfV>(o[i], pa, b0, b1);
+              rs.o[i][0] *= alpha[0];
+              rs.o[i][1] *= alpha[0];
+              rs.o[i][2] *= alpha[1];
+              rs.o[i][3] *= alpha[1];
             }
-            done = true;
           }
-        }
-        if constexpr (VT == KvType::q8_0) {
-          if (nt == 16) {
-            v_frags_q8_0_16(vrow, dv0, [&](int i, uint32_t b0, uint32_t b1) {
-              mma16816<false>(o[i], pa, b0, b1);
-            });
-            done = true;
-          }
-        }
-        // q4_0 and turbo: the lane's 16 dims in v_dim16 order (the epilogue puts them back).
-        if constexpr (VT == KvType::q4_0) {
-          if (nt == 16) {
-            v_frags_q4_0_16(vrow, g, ds, [&](int i, uint32_t b0, uint32_t b1) {
-              mma16816<false>(o[i], pa, b0, b1);
-            });
-            done = true;
-          }
-        }
-        if constexpr (is_rotated(VT)) {
-          if (nt == 16) {
-            // The rows' norms scale P (keys 2t, 2t + 1 in pa.x, pa.y; 2t + 8, 2t + 9 in pa.z,
-            // pa.w): 4 HMUL2 per 16 keys, where scaling the V values took 32.
-            const uint32_t n01 =
-                __byte_perm(turbo_norm<VT>(vrow[0], ds), turbo_norm<VT>(vrow[1], ds), 0x5410u);
-            const uint32_t n23 =
-                __byte_perm(turbo_norm<VT>(vrow[2], ds), turbo_norm<VT>(vrow[3], ds), 0x5410u);
-            pa.x = h2_mul(pa.x, n01);
-            pa.y = h2_mul(pa.y, n01);
-            pa.z = h2_mul(pa.z, n23);
-            pa.w = h2_mul(pa.w, n23);
-            v_frags_turbo16_packed<VT>(vrow, g, ds, tlut_v, [&](int i, uint32_t b0, uint32_t b1) {
-              mma16816<false>(o[i], pa, b0, b1);
-            });
-            done = true;
-          }
-        }
-        if (!done) {
+
+          // O += P.V: P (rows x 16 keys) is the A operand straight from the score registers; the
+          // B operand of dim tile i holds V[key][dv0 + i] for keys 2t, 2t+1 (b0) and 2t+8, 2t+9
+          // (b1).
+          uint4 pa;
+          pa.x = pack2<kBfV>(sc[0][0], sc[0][1]);
+          pa.y = pack2<kBfV>(sc[0][2], sc[0][3]);
+          pa.z = pack2<kBfV>(sc[1][0], sc[1][1]);
+          pa.w = pack2<kBfV>(sc[1][2], sc[1][3]);
+          const uint8_t* vrow[4];
 #pragma unroll
-          for (int i = 0; i < 16; ++i) {
-            if (i < nt) {
-              const int d = dv0 + i;
-              const uint32_t b0 =
-                  pack2<kBfV>(v_value<VT>(vrow[0], d, lut_v), v_value<VT>(vrow[1], d, lut_v));
-              const uint32_t b1 =
-                  pack2<kBfV>(v_value<VT>(vrow[2], d, lut_v), v_value<VT>(vrow[3], d, lut_v));
-              mma16816<kBfV>(o[i], pa, b0, b1);
+          for (int kk = 0; kk < 4; ++kk)
+            vrow[kk] = vs + (16 * s + 8 * (kk >> 1)) * p.sv_stride + ((kk & 1) ? v_slot1 : v_slot0);
+          bool done = false;
+          if constexpr (VT == KvType::f16 || VT == KvType::bf16) {
+            if (nt == 16) {
+              // 16 contiguous 16-bit values per key: two 16-byte loads per key, then pairs of keys
+              // interleaved with byte permutes (no conversion: the MMA takes these bits).
+              uint32_t w[4][8];
+#pragma unroll
+              for (int kk = 0; kk < 4; ++kk) {
+                const uint4 lo = *reinterpret_cast<const uint4*>(vrow[kk] + 2 * dv0);
+                const uint4 hi = *reinterpret_cast<const uint4*>(vrow[kk] + 2 * dv0 + 16);
+                w[kk][0] = lo.x, w[kk][1] = lo.y, w[kk][2] = lo.z, w[kk][3] = lo.w;
+                w[kk][4] = hi.x, w[kk][5] = hi.y, w[kk][6] = hi.z, w[kk][7] = hi.w;
+              }
+#pragma unroll
+              for (int i = 0; i < 16; ++i) {
+                const uint32_t sel = (i & 1) ? 0x7632u : 0x5410u;  // high or low halves of both
+                const uint32_t b0 = __byte_perm(w[0][i >> 1], w[1][i >> 1], sel);
+                const uint32_t b1 = __byte_perm(w[2][i >> 1], w[3][i >> 1], sel);
+                mma16816<kBfV>(rs.o[i], pa, b0, b1);
+              }
+              done = true;
+            }
+          }
+          if constexpr (VT == KvType::q8_0) {
+            if (nt == 16) {
+              v_frags_q8_0_16(vrow, dv0, [&](int i, uint32_t b0, uint32_t b1) {
+                mma16816<false>(rs.o[i], pa, b0, b1);
+              });
+              done = true;
+            }
+          }
+          // q4_0 and turbo: the lane's 16 dims in v_dim16 order (the epilogue puts them back).
+          if constexpr (VT == KvType::q4_0) {
+            if (nt == 16) {
+              v_frags_q4_0_16(vrow, g, ds, [&](int i, uint32_t b0, uint32_t b1) {
+                mma16816<false>(rs.o[i], pa, b0, b1);
+              });
+              done = true;
+            }
+          }
+          if constexpr (is_rotated(VT)) {
+            if (nt == 16) {
+              // The rows' norms scale P (keys 2t, 2t + 1 in pa.x, pa.y; 2t + 8, 2t + 9 in pa.z,
+              // pa.w): 4 HMUL2 per 16 keys, where scaling the V values took 32.
+              const uint32_t n01 =
+                  __byte_perm(turbo_norm<VT>(vrow[0], ds), turbo_norm<VT>(vrow[1], ds), 0x5410u);
+              const uint32_t n23 =
+                  __byte_perm(turbo_norm<VT>(vrow[2], ds), turbo_norm<VT>(vrow[3], ds), 0x5410u);
+              pa.x = h2_mul(pa.x, n01);
+              pa.y = h2_mul(pa.y, n01);
+              pa.z = h2_mul(pa.z, n23);
+              pa.w = h2_mul(pa.w, n23);
+              v_frags_turbo16_packed<VT>(vrow, g, ds, tlut_v, [&](int i, uint32_t b0, uint32_t b1) {
+                mma16816<false>(rs.o[i], pa, b0, b1);
+              });
+              done = true;
+            }
+          }
+          if (!done) {
+#pragma unroll
+            for (int i = 0; i < 16; ++i) {
+              if (i < nt) {
+                const int d = dv0 + i;
+                const uint32_t b0 =
+                    pack2<kBfV>(v_value<VT>(vrow[0], d, lut_v), v_value<VT>(vrow[1], d, lut_v));
+                const uint32_t b1 =
+                    pack2<kBfV>(v_value<VT>(vrow[2], d, lut_v), v_value<VT>(vrow[3], d, lut_v));
+                mma16816<kBfV>(rs.o[i], pa, b0, b1);
+              }
             }
           }
         }
@@ -605,10 +919,20 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   cp_async_wait<0>();
 
   // ---- Epilogue: full row sums, then merge the key groups through shared memory.
+  // (NR 1: a row's keys are spread over the lanes of the same t; NR 2: over the four t.)
+  if constexpr (NR == 1) {
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
-    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+    for (int e = 0; e < 2; ++e) {
+      rs.l[0][e] += __shfl_xor_sync(0xffffffffu, rs.l[0][e], 4);
+      rs.l[0][e] += __shfl_xor_sync(0xffffffffu, rs.l[0][e], 8);
+      rs.l[0][e] += __shfl_xor_sync(0xffffffffu, rs.l[0][e], 16);
+    }
+  } else {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      rs.l[h] += __shfl_xor_sync(0xffffffffu, rs.l[h], 1);
+      rs.l[h] += __shfl_xor_sync(0xffffffffu, rs.l[h], 2);
+    }
   }
   // The stage area holds: each warp's accumulators in fragment order (lane-major, 64 floats +
   // 4 of padding per lane: 16-byte stores without bank conflicts), the merged rows in natural
@@ -622,16 +946,33 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   __syncthreads();
   if (active) {
     float* mine = frag + (warp * 32 + lane) * kFragStride;
+    if constexpr (NR == 1) {
 #pragma unroll
-    for (int i = 0; i < 16; ++i)
-      if (i < nt)
-        *reinterpret_cast<float4*>(mine + 4 * i) = make_float4(o[i][0], o[i][1], o[i][2], o[i][3]);
-    if (t == 0 && ds == 0) {
+      for (int i = 0; i < 8; ++i)
+        if (2 * i < nt)
+          *reinterpret_cast<float4*>(mine + 4 * i) =
+              make_float4(rs.o[i][0][0], rs.o[i][0][1], rs.o[i][0][2], rs.o[i][0][3]);
+      if (g == 0 && ds == 0) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = mt * 16 + g + 8 * h;
-        red_ml[(kg * p.row_block + r) * 2] = m_run[h];
-        red_ml[(kg * p.row_block + r) * 2 + 1] = l_run[h];
+        for (int e = 0; e < 2; ++e) {
+          const int row = mt * 16 + 2 * t + e;
+          red_ml[(kg * p.row_block + row) * 2] = rs.m[0][e];
+          red_ml[(kg * p.row_block + row) * 2 + 1] = rs.l[0][e];
+        }
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 16; ++i)
+        if (i < nt)
+          *reinterpret_cast<float4*>(mine + 4 * i) =
+              make_float4(rs.o[i][0], rs.o[i][1], rs.o[i][2], rs.o[i][3]);
+      if (t == 0 && ds == 0) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = mt * 16 + g + 8 * h;
+          red_ml[(kg * p.row_block + row) * 2] = rs.m[h];
+          red_ml[(kg * p.row_block + row) * 2 + 1] = rs.l[h];
+        }
       }
     }
   }
@@ -652,14 +993,15 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     ml_final[2 * r + 1] = l;
   }
   __syncthreads();
-  // Merge the key groups into natural order: element (r, d) sits in the warp of M tile r / 16
-  // and V slice d / slice_w, lane g * 4 + t, accumulator tile i, entry h * 2 + e, where
-  // r % 16 = g + 8h and d % slice_w = (2t + e) * nt + i (q4_0 and turbo V in 128-dim slices:
-  // d % 128 = v_dim16(VT, 2t + e, i)).
+  // Merge the key groups into natural order: element (r, d) sits in the warp of row block r / 16
+  // and V slice d / slice_w; with d % slice_w = slot * nt + i (q4_0 and turbo V in 128-dim
+  // slices: d % 128 = v_dim16(VT, slot, i)) it is, for NR 1 (r % 16 = 2t + e < 8), lane
+  // slot * 4 + t, accumulator o[i / 2], entry 2 (i % 2) + e; for NR 2 (r % 16 = g + 8h, slot =
+  // 2t + e), lane g * 4 + t, accumulator o[i], entry 2h + e. Accumulator k is stored at 4k.
   constexpr bool kVDim16 = VT == KvType::q4_0 || is_rotated(VT);
   for (int idx = tid; idx < rows_here * p.dvc; idx += kThreads) {
     const int r = fdiv(idx, p.div_dvc), d = idx - r * p.dvc;
-    const int rm = r & 15, gg = rm & 7, h = rm >> 3;
+    const int rm = r & 15;
     const int ds_r = fdiv(d, p.div_slice_w), rem = d - ds_r * p.slice_w;
     int slot, i;
     if (kVDim16 && nt == 16) {
@@ -669,7 +1011,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       i = rem - slot * nt;
     }
     const int item_r = ds_r * p.n_mtiles + (r >> 4);
-    const int off = ((gg * 4 + (slot >> 1)) * kFragStride) + 4 * i + 2 * h + (slot & 1);
+    const int off =
+        NR == 1 ? (slot * 4 + (rm >> 1)) * kFragStride + 4 * (i >> 1) + 2 * (i & 1) + (rm & 1)
+                : ((rm & 7) * 4 + (slot >> 1)) * kFragStride + 4 * i + 2 * (rm >> 3) + (slot & 1);
     float acc = 0.0f;
     for (int k2 = 0; k2 < p.n_kgroups; ++k2)
       acc +=
@@ -697,13 +1041,14 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   }
 }
 
-template <KvType KT, KvType VT>
+template <KvType KT, KvType VT, int NR>
 cudaError_t prepare_decode(size_t smem, int* ctas_per_sm) {
-  cudaError_t e = cudaFuncSetAttribute(
-      decode_kernel<KT, VT>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  cudaError_t e =
+      cudaFuncSetAttribute(decode_kernel<KT, VT, NR>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(smem));
   if (e != cudaSuccess) return e;
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, decode_kernel<KT, VT>, kThreads,
-                                                       smem);
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, decode_kernel<KT, VT, NR>,
+                                                       kThreads, smem);
 }
 
 // Launches `kernel(p)` as a programmatic dependent of the work before it on `stream`: its grid may
@@ -726,9 +1071,9 @@ inline void launch_programmatic(void (*kernel)(DecodeParams), const DecodeParams
 
 // Programmatic (see the kernel's griddepcontrol.wait): back-to-back decode steps (the layers of a
 // model) overlap one grid's launch with the previous grid's tail.
-template <KvType KT, KvType VT>
+template <KvType KT, KvType VT, int NR>
 void launch_decode(const DecodeParams& p, dim3 grid, size_t smem, cudaStream_t stream) {
-  launch_programmatic(decode_kernel<KT, VT>, p, grid, kThreads, smem, stream);
+  launch_programmatic(decode_kernel<KT, VT, NR>, p, grid, kThreads, smem, stream);
 }
 
 }  // namespace kvflash::cuda::decode

@@ -43,6 +43,9 @@ DecodeLayout decode_layout(const AttentionProblem& p) {
   l.n_mtiles = 1;
   while (l.n_mtiles < need && l.n_mtiles < max_mtiles) l.n_mtiles *= 2;
   l.row_block = 16 * l.n_mtiles;
+  // The kernel's query rows are MMA N tiles of 8 (keys are the M dimension): one of them where
+  // it is enough (one token of GQA <= 8) frees its accumulators' registers.
+  l.n_qtiles = rows <= 8 ? 1 : 2;
   l.n_row_blocks = (rows + l.row_block - 1) / l.row_block;
   l.n_kgroups = kWarps / (l.n_mtiles * l.n_dslices);
 
@@ -62,6 +65,10 @@ DecodeLayout decode_layout(const AttentionProblem& p) {
   l.bk = std::clamp(bk, quantum, std::max(quantum, kMaxTileKeys));
 
   l.smem_q_bytes = l.n_mtiles * (l.dkc / 16) * 32 * 16;
+  // q8_0 / q4_0 K with one query n-tile: the query's bias terms per row and 32-dim block, and
+  // per row and 16-dim chunk, follow the Q fragments.
+  if (l.n_qtiles == 1 && (p.k_type == KvType::q8_0 || p.k_type == KvType::q4_0))
+    l.smem_q_bytes += round_up(int64_t{l.row_block} * (l.dkc / 32) * 3 * 4, 128);
   const int64_t tiles = int64_t{l.bk} * (l.sk_stride + l.sv_stride);
   const int64_t q_stage = int64_t{l.row_block} * l.dkc * 4;
   // Epilogue: every warp's accumulators in fragment order (32 lanes x 68 floats), the merged
