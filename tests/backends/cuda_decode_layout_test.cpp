@@ -260,10 +260,12 @@ TEST(CudaDecodePlan, LayoutWorkedExamples) {
   EXPECT_EQ(l.n_kgroups, 4);
   EXPECT_EQ(l.bk, 64);
   EXPECT_EQ(l.n_row_blocks, 1);
+  EXPECT_EQ(l.n_qtiles, 1);  // keys as the MMA M dimension, the 4 rows one N tile
   // 8 tokens x GQA 8 = 64 rows: four M tiles, one warp each.
   l = decode_layout(problem(8, 32, 4, {128, 128}, 32768));
   EXPECT_EQ(l.n_mtiles, 4);
   EXPECT_EQ(l.n_kgroups, 1);
+  EXPECT_EQ(l.n_qtiles, 2);
   // MLA 576/512: four V slices of 128, one M tile per CTA.
   l = decode_layout(problem(1, 128, 1, {576, 512}, 4096));
   EXPECT_EQ(l.n_dslices, 4);
@@ -285,7 +287,14 @@ TEST(CudaDecodePlan, EveryPointOfTheSpaceHasAConsistentLayout) {
             SCOPED_TRACE(describe(p));
             EXPECT_EQ(l.n_mtiles * l.n_dslices * l.n_kgroups, 4);
             EXPECT_EQ(l.slice_w * l.n_dslices, l.dvc);
-            EXPECT_EQ(l.slice_w % 8, 0);
+            EXPECT_EQ(l.slice_w % 16, 0);  // the one-tile kernel pairs V-dim tiles of 8
+            EXPECT_EQ(l.n_qtiles, p.rows_per_kv_head() <= 8 ? 1 : 2);
+            // Q fragments, then (q8_0 / q4_0 K, one n-tile) the bias terms per row and block
+            // and per row and chunk; stages start 128-byte aligned (TMA).
+            const bool fold = l.n_qtiles == 1 && (kt == KvType::q8_0 || kt == KvType::q4_0);
+            EXPECT_GE(l.smem_q_bytes, l.n_mtiles * (l.dkc / 16) * 32 * 16 +
+                                          (fold ? l.row_block * (l.dkc / 32) * 3 * 4 : 0));
+            EXPECT_EQ(l.smem_q_bytes % 128, 0);
             EXPECT_LE(l.slice_w, 128);
             EXPECT_EQ(l.dkc % 32, 0);
             EXPECT_EQ(l.bk % (16 * l.n_kgroups), 0);

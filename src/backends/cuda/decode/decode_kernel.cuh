@@ -385,6 +385,68 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   RunState<NR> rs;
   rs.init();
 
+  // V's operands for a 16-key step: the four key rows vrow (keys 2t, 2t + 1, 2t + 8, 2t + 9 of
+  // the step) give, for each of the lane's nt V dims (dim tiles i = 0 .. nt - 1, in order),
+  // use(i, b0, b1) with b0 = half2(V[2t][d], V[2t + 1][d]) and b1 the same of keys 2t + 8, 2t + 9,
+  // d the tile's dim in column g (16 consecutive dims for f16, bf16 and q8_0; q4_0 and turbo the
+  // v_dim16 order, which the epilogue puts back). Turbo rows through the packed decoder come out
+  // as codebook values: scale_p(n01, n23) first gets the rows' norms (keys 2t, 2t + 1 and 2t + 8,
+  // 2t + 9) to scale P with, 4 HMUL2 per 16 keys where scaling the V values took 32.
+  const auto v_operands = [&](const uint8_t* const(&vrow)[4], auto&& scale_p, auto&& use) {
+    bool done = false;
+    if constexpr (VT == KvType::f16 || VT == KvType::bf16) {
+      if (nt == 16) {
+        // Two 16-byte loads per key, then pairs of keys interleaved with byte permutes (no
+        // conversion: the MMA takes these bits).
+        uint32_t w[4][8];
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          const uint4 lo = *reinterpret_cast<const uint4*>(vrow[kk] + 2 * dv0);
+          const uint4 hi = *reinterpret_cast<const uint4*>(vrow[kk] + 2 * dv0 + 16);
+          w[kk][0] = lo.x, w[kk][1] = lo.y, w[kk][2] = lo.z, w[kk][3] = lo.w;
+          w[kk][4] = hi.x, w[kk][5] = hi.y, w[kk][6] = hi.z, w[kk][7] = hi.w;
+        }
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          const uint32_t sel = (i & 1) ? 0x7632u : 0x5410u;  // high or low halves of both
+          use(i, __byte_perm(w[0][i >> 1], w[1][i >> 1], sel),
+              __byte_perm(w[2][i >> 1], w[3][i >> 1], sel));
+        }
+        done = true;
+      }
+    }
+    if constexpr (VT == KvType::q8_0) {
+      if (nt == 16) {
+        v_frags_q8_0_16(vrow, dv0, use);
+        done = true;
+      }
+    }
+    if constexpr (VT == KvType::q4_0) {
+      if (nt == 16) {
+        v_frags_q4_0_16(vrow, g, ds, use);
+        done = true;
+      }
+    }
+    if constexpr (is_rotated(VT)) {
+      if (nt == 16) {
+        scale_p(__byte_perm(turbo_norm<VT>(vrow[0], ds), turbo_norm<VT>(vrow[1], ds), 0x5410u),
+                __byte_perm(turbo_norm<VT>(vrow[2], ds), turbo_norm<VT>(vrow[3], ds), 0x5410u));
+        v_frags_turbo16_packed<VT>(vrow, g, ds, tlut_v, use);
+        done = true;
+      }
+    }
+    if (!done) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        if (i < nt) {  // nt is even (slice widths are multiples of 16)
+          const int d = dv0 + i;
+          use(i, pack2<kBfV>(v_value<VT>(vrow[0], d, lut_v), v_value<VT>(vrow[1], d, lut_v)),
+              pack2<kBfV>(v_value<VT>(vrow[2], d, lut_v), v_value<VT>(vrow[3], d, lut_v)));
+        }
+      }
+    }
+  };
+
   // Up to n_stages tiles in flight: refill the stage of tile ti - 1 (consumed before the last
   // iteration's closing barrier) with tile ti + n_stages - 1, then wait for tile ti only.
   const int ahead = p.n_stages - 1;
@@ -627,68 +689,16 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
             const uint4 a = make_uint4(sv0, b0, sv1, b1);
             mma16816<kBfV>(rs.o[i >> 1][0], a, pb[0][0], pb[0][1]);
           };
-          bool done = false;
-          if constexpr (VT == KvType::f16 || VT == KvType::bf16) {
-            if (nt == 16) {
-              // 16 contiguous 16-bit values per key: two 16-byte loads per key, then pairs of keys
-              // interleaved with byte permutes (no conversion: the MMA takes these bits).
-              uint32_t w[4][8];
+          v_operands(
+              vrow,
+              [&](uint32_t n01, uint32_t n23) {
 #pragma unroll
-              for (int kk = 0; kk < 4; ++kk) {
-                const uint4 lo = *reinterpret_cast<const uint4*>(vrow[kk] + 2 * dv0);
-                const uint4 hi = *reinterpret_cast<const uint4*>(vrow[kk] + 2 * dv0 + 16);
-                w[kk][0] = lo.x, w[kk][1] = lo.y, w[kk][2] = lo.z, w[kk][3] = lo.w;
-                w[kk][4] = hi.x, w[kk][5] = hi.y, w[kk][6] = hi.z, w[kk][7] = hi.w;
-              }
-#pragma unroll
-              for (int i = 0; i < 16; ++i) {
-                const uint32_t sel = (i & 1) ? 0x7632u : 0x5410u;  // high or low halves of both
-                pv(i, __byte_perm(w[0][i >> 1], w[1][i >> 1], sel),
-                   __byte_perm(w[2][i >> 1], w[3][i >> 1], sel));
-              }
-              done = true;
-            }
-          }
-          if constexpr (VT == KvType::q8_0) {
-            if (nt == 16) {
-              v_frags_q8_0_16(vrow, dv0, pv);
-              done = true;
-            }
-          }
-          // q4_0 and turbo: the lane's 16 dims in v_dim16 order (the epilogue puts them back).
-          if constexpr (VT == KvType::q4_0) {
-            if (nt == 16) {
-              v_frags_q4_0_16(vrow, g, ds, pv);
-              done = true;
-            }
-          }
-          if constexpr (is_rotated(VT)) {
-            if (nt == 16) {
-              // The rows' norms scale P^T (keys 2t, 2t + 1 in pb[r][0]; 2t + 8, 2t + 9 in
-              // pb[r][1]): a few HMUL2 per 16 keys, where scaling the V values took 32.
-              const uint32_t n01 =
-                  __byte_perm(turbo_norm<VT>(vrow[0], ds), turbo_norm<VT>(vrow[1], ds), 0x5410u);
-              const uint32_t n23 =
-                  __byte_perm(turbo_norm<VT>(vrow[2], ds), turbo_norm<VT>(vrow[3], ds), 0x5410u);
-#pragma unroll
-              for (int r = 0; r < NR; ++r) {
-                pb[r][0] = h2_mul(pb[r][0], n01);
-                pb[r][1] = h2_mul(pb[r][1], n23);
-              }
-              v_frags_turbo16_packed<VT>(vrow, g, ds, tlut_v, pv);
-              done = true;
-            }
-          }
-          if (!done) {
-#pragma unroll
-            for (int i = 0; i < 16; ++i) {
-              if (i < nt) {  // nt is even (slice widths are multiples of 16)
-                const int d = dv0 + i;
-                pv(i, pack2<kBfV>(v_value<VT>(vrow[0], d, lut_v), v_value<VT>(vrow[1], d, lut_v)),
-                   pack2<kBfV>(v_value<VT>(vrow[2], d, lut_v), v_value<VT>(vrow[3], d, lut_v)));
-              }
-            }
-          }
+                for (int r = 0; r < NR; ++r) {
+                  pb[r][0] = h2_mul(pb[r][0], n01);
+                  pb[r][1] = h2_mul(pb[r][1], n23);
+                }
+              },
+              pv);
         } else {
           // S = Q.K^T for 16 keys: n-tile n holds keys j0 + 8n + (0..7); this thread loads key
           // row 8n + g and holds scores of keys 8n + 2t, 8n + 2t + 1 for rows g, g + 8.
@@ -840,77 +850,15 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 #pragma unroll
           for (int kk = 0; kk < 4; ++kk)
             vrow[kk] = vs + (16 * s + 8 * (kk >> 1)) * p.sv_stride + ((kk & 1) ? v_slot1 : v_slot0);
-          bool done = false;
-          if constexpr (VT == KvType::f16 || VT == KvType::bf16) {
-            if (nt == 16) {
-              // 16 contiguous 16-bit values per key: two 16-byte loads per key, then pairs of keys
-              // interleaved with byte permutes (no conversion: the MMA takes these bits).
-              uint32_t w[4][8];
-#pragma unroll
-              for (int kk = 0; kk < 4; ++kk) {
-                const uint4 lo = *reinterpret_cast<const uint4*>(vrow[kk] + 2 * dv0);
-                const uint4 hi = *reinterpret_cast<const uint4*>(vrow[kk] + 2 * dv0 + 16);
-                w[kk][0] = lo.x, w[kk][1] = lo.y, w[kk][2] = lo.z, w[kk][3] = lo.w;
-                w[kk][4] = hi.x, w[kk][5] = hi.y, w[kk][6] = hi.z, w[kk][7] = hi.w;
-              }
-#pragma unroll
-              for (int i = 0; i < 16; ++i) {
-                const uint32_t sel = (i & 1) ? 0x7632u : 0x5410u;  // high or low halves of both
-                const uint32_t b0 = __byte_perm(w[0][i >> 1], w[1][i >> 1], sel);
-                const uint32_t b1 = __byte_perm(w[2][i >> 1], w[3][i >> 1], sel);
-                mma16816<kBfV>(rs.o[i], pa, b0, b1);
-              }
-              done = true;
-            }
-          }
-          if constexpr (VT == KvType::q8_0) {
-            if (nt == 16) {
-              v_frags_q8_0_16(vrow, dv0, [&](int i, uint32_t b0, uint32_t b1) {
-                mma16816<false>(rs.o[i], pa, b0, b1);
-              });
-              done = true;
-            }
-          }
-          // q4_0 and turbo: the lane's 16 dims in v_dim16 order (the epilogue puts them back).
-          if constexpr (VT == KvType::q4_0) {
-            if (nt == 16) {
-              v_frags_q4_0_16(vrow, g, ds, [&](int i, uint32_t b0, uint32_t b1) {
-                mma16816<false>(rs.o[i], pa, b0, b1);
-              });
-              done = true;
-            }
-          }
-          if constexpr (is_rotated(VT)) {
-            if (nt == 16) {
-              // The rows' norms scale P (keys 2t, 2t + 1 in pa.x, pa.y; 2t + 8, 2t + 9 in pa.z,
-              // pa.w): 4 HMUL2 per 16 keys, where scaling the V values took 32.
-              const uint32_t n01 =
-                  __byte_perm(turbo_norm<VT>(vrow[0], ds), turbo_norm<VT>(vrow[1], ds), 0x5410u);
-              const uint32_t n23 =
-                  __byte_perm(turbo_norm<VT>(vrow[2], ds), turbo_norm<VT>(vrow[3], ds), 0x5410u);
-              pa.x = h2_mul(pa.x, n01);
-              pa.y = h2_mul(pa.y, n01);
-              pa.z = h2_mul(pa.z, n23);
-              pa.w = h2_mul(pa.w, n23);
-              v_frags_turbo16_packed<VT>(vrow, g, ds, tlut_v, [&](int i, uint32_t b0, uint32_t b1) {
-                mma16816<false>(rs.o[i], pa, b0, b1);
-              });
-              done = true;
-            }
-          }
-          if (!done) {
-#pragma unroll
-            for (int i = 0; i < 16; ++i) {
-              if (i < nt) {
-                const int d = dv0 + i;
-                const uint32_t b0 =
-                    pack2<kBfV>(v_value<VT>(vrow[0], d, lut_v), v_value<VT>(vrow[1], d, lut_v));
-                const uint32_t b1 =
-                    pack2<kBfV>(v_value<VT>(vrow[2], d, lut_v), v_value<VT>(vrow[3], d, lut_v));
-                mma16816<kBfV>(rs.o[i], pa, b0, b1);
-              }
-            }
-          }
+          v_operands(
+              vrow,
+              [&](uint32_t n01, uint32_t n23) {
+                pa.x = h2_mul(pa.x, n01);
+                pa.y = h2_mul(pa.y, n01);
+                pa.z = h2_mul(pa.z, n23);
+                pa.w = h2_mul(pa.w, n23);
+              },
+              [&](int i, uint32_t b0, uint32_t b1) { mma16816<kBfV>(rs.o[i], pa, b0, b1); });
         }
       }
     }
