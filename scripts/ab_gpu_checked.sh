@@ -3,7 +3,8 @@
 # decode tests, parity and memcheck over the decode and graph tests (each under a timeout, so a
 # hanging kernel costs seconds, not the call's whole limit), and only if tests and parity pass,
 # the A/B of scripts/ab_gpu.sh against the tree with x.patch reverse-applied (make it with
-# `git diff > x.patch`: A = the working tree, B = HEAD). Results in /tmp/ab (tar it into $OUT).
+# `git add -N NEW_FILES; git diff HEAD > x.patch`: A = the working tree, B = HEAD; a plain
+# `git diff` leaves out new files and staged deletions). Results in /tmp/ab (tar it into $OUT).
 #   scripts/ab_gpu_checked.sh BENCH FLAGS...   e.g. -ctk q4_0,turbo3 -d 32768,1048576 -r 30
 set -u
 cd "$(dirname "$0")/.." || exit 1

@@ -53,15 +53,17 @@ TEST(BenchSweep, JsonParsesWithExpectedRowsAndFields) {
   std::set<std::pair<std::string, int64_t>> seen;
   for (const auto& row : j) {
     for (const char* key :
-         {"backend",    "kernel",   "k_type", "v_type", "n_q_heads",   "n_kv_heads", "head_dim_k",
-          "head_dim_v", "batch",    "depth",  "n_q",    "threads",     "us_median",  "us_min",
-          "us_max",     "kv_bytes", "gbps",   "tflops", "mem_bw_gbps", "pct_mem_bw", "seed"})
+         {"backend",    "kernel",      "k_type",     "v_type", "n_q_heads", "n_kv_heads",
+          "head_dim_k", "head_dim_v",  "batch",      "depth",  "n_q",       "threads",
+          "splits",     "us_median",   "us_min",     "us_max", "kv_bytes",  "gbps",
+          "tflops",     "mem_bw_gbps", "pct_mem_bw", "seed"})
       EXPECT_TRUE(row.contains(key)) << key;
     EXPECT_EQ(row["backend"], "cpu");
     EXPECT_EQ(row["k_type"], row["v_type"]);
     EXPECT_EQ(row["n_q_heads"], 32);
     EXPECT_EQ(row["n_q"], 1);
     EXPECT_EQ(row["reps"], 2);
+    EXPECT_GE(row["splits"].get<int64_t>(), 1);
     EXPECT_TRUE(row["kernel"].get<std::string>().rfind("cpu.", 0) == 0);
     const double med = row["us_median"], lo = row["us_min"], hi = row["us_max"];
     EXPECT_GT(med, 0);

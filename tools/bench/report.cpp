@@ -53,12 +53,12 @@ std::string dims_name(const AttentionProblem& p) {
 }
 
 tools::Table machine_table(const std::vector<Row>& rows, const std::string& cpu, uint64_t seed) {
-  tools::Table t({{"backend"},   {"kernel"},     {"cpu_info"},   {"k_type"},      {"v_type"},
-                  {"n_q_heads"}, {"n_kv_heads"}, {"head_dim_k"}, {"head_dim_v"},  {"batch"},
-                  {"depth"},     {"n_q"},        {"test"},       {"threads"},     {"reps"},
-                  {"copies"},    {"us_median"},  {"us_min"},     {"us_max"},      {"kv_bytes"},
-                  {"gbps"},      {"flops"},      {"tflops"},     {"mem_bw_gbps"}, {"pct_mem_bw"},
-                  {"seed"}});
+  tools::Table t({{"backend"},    {"kernel"},     {"cpu_info"},   {"k_type"},     {"v_type"},
+                  {"n_q_heads"},  {"n_kv_heads"}, {"head_dim_k"}, {"head_dim_v"}, {"batch"},
+                  {"depth"},      {"n_q"},        {"test"},       {"threads"},    {"splits"},
+                  {"reps"},       {"copies"},     {"us_median"},  {"us_min"},     {"us_max"},
+                  {"kv_bytes"},   {"gbps"},       {"flops"},      {"tflops"},     {"mem_bw_gbps"},
+                  {"pct_mem_bw"}, {"seed"}});
   for (const Row& r : rows) {
     const AttentionProblem& p = r.problem;
     auto i = [](auto v) { return Cell{static_cast<int64_t>(v)}; };
@@ -76,6 +76,7 @@ tools::Table machine_table(const std::vector<Row>& rows, const std::string& cpu,
                i(p.n_q_tokens),
                test_name(p),
                i(r.timing.threads),
+               i(r.timing.splits),
                i(r.timing.us.size()),
                i(r.timing.copies),
                r.timing.median(),

@@ -262,8 +262,10 @@ Expected<Timing> time_point(const AttentionProblem& p, const RunConfig& cfg) {
   po.n_threads = cfg.threads;
   Expected<Plan> pl = plan(p, po);
   if (!pl) return pl.error();
-  if (pl->kernel->backend == Backend::cuda) return time_point_cuda(*pl, cfg);
-  return time_point_cpu(*pl, cfg);
+  Expected<Timing> t =
+      pl->kernel->backend == Backend::cuda ? time_point_cuda(*pl, cfg) : time_point_cpu(*pl, cfg);
+  if (t) t->splits = pl->n_splits;
+  return t;
 }
 
 }  // namespace kvflash::bench

@@ -32,6 +32,7 @@ struct Timing {
   int32_t threads = 1;     // as planned
   int64_t copies = 1;      // input copies rotated through
   std::vector<double> us;  // every timed call, sorted ascending
+  int32_t splits = 1;      // KV splits per (sequence, KV head) as planned
   // The middle call, or the mean of the two middle ones for an even count.
   double median() const {
     const size_t n = us.size();
