@@ -260,12 +260,37 @@ TEST(CudaDecodePlan, LayoutWorkedExamples) {
   EXPECT_EQ(l.n_kgroups, 4);
   EXPECT_EQ(l.bk, 64);
   EXPECT_EQ(l.n_row_blocks, 1);
-  EXPECT_EQ(l.n_qtiles, 1);  // keys as the MMA M dimension, the 4 rows one N tile
+  EXPECT_EQ(l.n_qtiles, 1);     // keys as the MMA M dimension, the 4 rows one N tile
+  EXPECT_EQ(l.ctas_target, 4);  // f16 stages fit an SM three times at most: 128 registers
+  EXPECT_EQ(l.n_stages, 2);
+  // Quantized K and V (one n-tile): built for 5 CTAs per SM (96 registers), and five CTAs' shared
+  // memory (+ 1 KB reserved per CTA, + the kernel's static shared memory) fit the SM's 228 KB,
+  // in two stages of tiles of at least 128 keys (q8_0: 64).
+  for (KvType t : {KvType::q8_0, KvType::q4_0, KvType::turbo2, KvType::turbo3, KvType::turbo4}) {
+    AttentionProblem p = problem(1, 32, 8, {128, 128}, 32768);
+    p.k_type = p.v_type = t;
+    l = decode_layout(p);
+    SCOPED_TRACE(to_string(t));
+    EXPECT_EQ(l.ctas_target, 5);
+    EXPECT_LE(5 * (l.smem_total + 1024 + kStaticSmemBytes), size_t{228} * 1024);
+    EXPECT_EQ(l.n_stages, 2);
+    EXPECT_GE(l.bk, t == KvType::q8_0 ? 64 : 128);
+  }
   // 8 tokens x GQA 8 = 64 rows: four M tiles, one warp each.
   l = decode_layout(problem(8, 32, 4, {128, 128}, 32768));
   EXPECT_EQ(l.n_mtiles, 4);
   EXPECT_EQ(l.n_kgroups, 1);
   EXPECT_EQ(l.n_qtiles, 2);
+  // 8 tokens x GQA 4 = 32 rows: the epilogue's merge spans the Q fragments too, and tiles are
+  // cut to fit, so that four CTAs fit an SM.
+  for (KvType t : {KvType::f16, KvType::q8_0, KvType::q4_0, KvType::turbo3}) {
+    AttentionProblem p = problem(8, 32, 8, {128, 128}, 32768);
+    p.k_type = p.v_type = t;
+    l = decode_layout(p);
+    SCOPED_TRACE(to_string(t));
+    EXPECT_EQ(l.n_mtiles, 2);
+    EXPECT_LE(4 * (l.smem_total + 1024 + kStaticSmemBytes), size_t{228} * 1024);
+  }
   // MLA 576/512: four V slices of 128, one M tile per CTA.
   l = decode_layout(problem(1, 128, 1, {576, 512}, 4096));
   EXPECT_EQ(l.n_dslices, 4);
@@ -289,12 +314,27 @@ TEST(CudaDecodePlan, EveryPointOfTheSpaceHasAConsistentLayout) {
             EXPECT_EQ(l.slice_w * l.n_dslices, l.dvc);
             EXPECT_EQ(l.slice_w % 16, 0);  // the one-tile kernel pairs V-dim tiles of 8
             EXPECT_EQ(l.n_qtiles, p.rows_per_kv_head() <= 8 ? 1 : 2);
-            // Q fragments, then (q8_0 / q4_0 K, one n-tile) the bias terms per row and block
-            // and per row and chunk; stages start 128-byte aligned (TMA).
+            EXPECT_EQ(l.ctas_target,
+                      l.n_qtiles == 1 && traits(kt).block_values > 1 && traits(vt).block_values > 1
+                          ? 5
+                          : 4);
+            // Q fragments, then (q8_0 / q4_0 K, one n-tile) the bias terms per row and block;
+            // stages start 128-byte aligned (TMA). Stage 1 holds the staged Q rows (f32) and
+            // after them the bias terms per row and 16-dim chunk.
             const bool fold = l.n_qtiles == 1 && (kt == KvType::q8_0 || kt == KvType::q4_0);
             EXPECT_GE(l.smem_q_bytes, l.n_mtiles * (l.dkc / 16) * 32 * 16 +
-                                          (fold ? l.row_block * (l.dkc / 32) * 3 * 4 : 0));
+                                          (fold ? l.row_block * (l.dkc / 32) * 4 : 0));
             EXPECT_EQ(l.smem_q_bytes % 128, 0);
+            EXPECT_GE(l.smem_kv_bytes,
+                      l.row_block * l.dkc * 4 + (fold ? l.row_block * (l.dkc / 16) * 4 : 0));
+            EXPECT_GE(l.smem_kv_bytes, l.bk * (l.sk_stride + l.sv_stride));
+            // The epilogue's key-group merge spans all of it: every warp's accumulators (32 lanes
+            // x 68 floats, one n-tile 36), the merged rows, m, l and weights per key group.
+            const size_t reduce = (4 * 32 * (l.n_qtiles == 1 ? 36 : 68) + l.row_block * l.dvc +
+                                   l.n_kgroups * l.row_block * 3 + l.row_block * 2) *
+                                  sizeof(float);
+            EXPECT_GE(l.smem_total, reduce);
+            EXPECT_EQ(l.smem_kv_bytes % 128, 0);
             EXPECT_LE(l.slice_w, 128);
             EXPECT_EQ(l.dkc % 32, 0);
             EXPECT_EQ(l.bk % (16 * l.n_kgroups), 0);

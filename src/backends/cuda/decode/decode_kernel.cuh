@@ -64,7 +64,9 @@ struct RunState<2> {
 // NR: 1 for up to 8 query rows per KV head (S^T = K.Q^T, one N tile of 8 rows), else 2 (S =
 // Q.K^T with 16-row M tiles of query rows: two n-tiles' worth).
 template <KvType KT, KvType VT, int NR>
-__global__ void __launch_bounds__(kThreads, kCtasPerSm)
+__global__ void __launch_bounds__(kThreads,
+                                  ctas_per_sm_target(NR, traits(KT).block_values == 1 ||
+                                                             traits(VT).block_values == 1))
     decode_kernel(const __grid_constant__ DecodeParams p) {
   constexpr bool kBfK = KT == KvType::bf16;  // Q.K^T in bf16 only for bf16 K, else f16
   constexpr bool kBfV = VT == KvType::bf16;
@@ -318,9 +320,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     }
     // q8_0 / q4_0 K with one n-tile: the raw codes' bias terms (k_frag_raw), per row and 16-dim
     // chunk minus the bias times the sum of the query's values as packed (scaled, rounded to f16):
-    // qch[chunk][row] from the lanes' packed values, then qc[block][row] = both chunks' sum.
+    // qch[chunk][row] from the lanes' packed values (in stage 1 after the staged rows), then
+    // qc[block][row] = both chunks' sum.
     constexpr bool kFold = NR == 1 && (KT == KvType::q8_0 || KT == KvType::q4_0);
-    float* const qch = qc + p.row_block * (p.dkc / 32);
+    float* const qch = qs + p.row_block * p.dkc;
     const int chunks = p.dkc / 16;
     for (int i = tid; i < p.n_mtiles * chunks * 32; i += kThreads) {  // whole warps per item row
       const int ln = i & 31, mt = fdiv(i >> 5, p.div_chunks), c = (i >> 5) - mt * chunks;
@@ -882,11 +885,12 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       rs.l[h] += __shfl_xor_sync(0xffffffffu, rs.l[h], 2);
     }
   }
-  // The stage area holds: each warp's accumulators in fragment order (lane-major, 64 floats +
-  // 4 of padding per lane: 16-byte stores without bank conflicts), the merged rows in natural
-  // order, and per key group m, l and merge weights.
-  constexpr int kFragStride = 68;
-  float* frag = reinterpret_cast<float*>(stage_base);     // [kWarps][32][kFragStride]
+  // All of the dynamic shared memory (the Q fragments and the stages: every copy has landed and
+  // been read) holds: each warp's accumulators in fragment order (lane-major, 64 floats (NR 1:
+  // 32) + 4 of padding per lane: 16-byte stores without bank conflicts), the merged rows in
+  // natural order, and per key group m, l and merge weights (decode_layout sizes it).
+  constexpr int kFragStride = NR == 1 ? 36 : 68;
+  float* frag = reinterpret_cast<float*>(smem);           // [kWarps][32][kFragStride]
   float* red = frag + kWarps * 32 * kFragStride;          // [row_block][dvc] merged
   float* red_ml = red + p.row_block * p.dvc;              // [n_kgroups][row_block][2]
   float* red_w = red_ml + p.n_kgroups * p.row_block * 2;  // [n_kgroups][row_block]

@@ -9,9 +9,14 @@ namespace kvflash::cuda::decode {
 inline constexpr int kThreads = 128;  // 4 warps per CTA
 inline constexpr int kWarps = kThreads / 32;
 inline constexpr int kMaxStages = 3;  // shared-memory stages of raw K/V tiles (2 in flight)
-// CTAs per SM the decode kernel is built for (__launch_bounds__: at most 128 registers) and its
-// shared-memory stages are sized for.
+// CTAs per SM the decode kernel is built for (__launch_bounds__) and its shared-memory stages
+// are sized for: 4 (at most 128 registers), or 5 (at most 96) for the keys-as-M kernel of one
+// query n-tile over quantized K and V, whose ~100 registers fit 96 unspilled and whose stages
+// fit five times (float rows' stages fit three times at most: no gain from fewer registers).
 inline constexpr int kCtasPerSm = 4;
+constexpr int ctas_per_sm_target(int n_qtiles, bool float_kv) {
+  return n_qtiles == 1 && !float_kv ? 5 : kCtasPerSm;
+}
 // The split merge: 8 warps per CTA (one CTA per query row), 8 splits per warp per round.
 inline constexpr int kMergeThreads = 256;
 inline constexpr int kMergeWarps = kMergeThreads / 32;

@@ -46,6 +46,8 @@ DecodeLayout decode_layout(const AttentionProblem& p) {
   // The kernel's query rows are MMA N tiles of 8 (keys are the M dimension): one of them where
   // it is enough (one token of GQA <= 8) frees its accumulators' registers.
   l.n_qtiles = rows <= 8 ? 1 : 2;
+  l.ctas_target = ctas_per_sm_target(
+      l.n_qtiles, traits(p.k_type).block_values == 1 || traits(p.v_type).block_values == 1);
   l.n_row_blocks = (rows + l.row_block - 1) / l.row_block;
   l.n_kgroups = kWarps / (l.n_mtiles * l.n_dslices);
 
@@ -59,36 +61,49 @@ DecodeLayout decode_layout(const AttentionProblem& p) {
   l.sv_stride = round_up(l.v_row_bytes + 4, 16);
   if (l.sv_stride % 128 == 0) l.sv_stride += 16;
 
+  l.smem_q_bytes = l.n_mtiles * (l.dkc / 16) * 32 * 16;
+  // q8_0 / q4_0 K with one query n-tile: the query's bias terms per row and 32-dim block follow
+  // the Q fragments; their per-chunk parts (prologue only) follow the staged Q rows in stage 1.
+  const bool fold = l.n_qtiles == 1 && (p.k_type == KvType::q8_0 || p.k_type == KvType::q4_0);
+  if (fold) l.smem_q_bytes += round_up(int64_t{l.row_block} * (l.dkc / 32) * 4, 128);
+
   const int32_t per_key = l.k_row_bytes + l.v_row_bytes;
   const int32_t quantum = 16 * l.n_kgroups;
   int32_t bk = kStageTargetBytes / per_key / quantum * quantum;
+  {
+    // Two stages of ctas_target CTAs should fit an SM (1 KB reserved per CTA, and the kernel's
+    // static shared memory): fewer keys per tile where the byte target's tiles do not (turbo3
+    // rows' 16-byte slots: 24 KB of bytes take 24 KB of slots at 192 keys, 16 KB at 128).
+    const int64_t stage_room =
+        (int64_t{kSmemPerSm} / l.ctas_target - 1024 - kStaticSmemBytes - l.smem_q_bytes) / 2;
+    const int64_t fit = stage_room / (l.sk_stride + l.sv_stride) / quantum * quantum;
+    bk = static_cast<int32_t>(std::min<int64_t>(bk, fit));
+  }
   l.bk = std::clamp(bk, quantum, std::max(quantum, kMaxTileKeys));
-
-  l.smem_q_bytes = l.n_mtiles * (l.dkc / 16) * 32 * 16;
-  // q8_0 / q4_0 K with one query n-tile: the query's bias terms per row and 32-dim block, and
-  // per row and 16-dim chunk, follow the Q fragments.
-  if (l.n_qtiles == 1 && (p.k_type == KvType::q8_0 || p.k_type == KvType::q4_0))
-    l.smem_q_bytes += round_up(int64_t{l.row_block} * (l.dkc / 32) * 3 * 4, 128);
   const int64_t tiles = int64_t{l.bk} * (l.sk_stride + l.sv_stride);
-  const int64_t q_stage = int64_t{l.row_block} * l.dkc * 4;
-  // Epilogue: every warp's accumulators in fragment order (32 lanes x 68 floats), the merged
-  // rows, and per key group m, l and weights, plus the final m, l.
-  const int64_t reduce = (int64_t{kWarps} * 32 * 68 + int64_t{l.row_block} * l.dvc +
+  const int64_t q_stage =
+      int64_t{l.row_block} * l.dkc * 4 + (fold ? int64_t{l.row_block} * (l.dkc / 16) * 4 : 0);
+  // Epilogue: every warp's accumulators in fragment order (32 lanes x 68 floats, one n-tile:
+  // 36), the merged rows, and per key group m, l and weights, plus the final m, l.
+  const int64_t frag_stride = l.n_qtiles == 1 ? 36 : 68;
+  const int64_t reduce = (int64_t{kWarps} * 32 * frag_stride + int64_t{l.row_block} * l.dvc +
                           int64_t{l.n_kgroups} * l.row_block * 3 + int64_t{l.row_block} * 2) *
                          4;
   // Q is staged in stage 1 while tile 0 arrives in stage 0; the key groups merge across all
-  // stages. Three stages where kCtasPerSm CTAs of them still fit an SM, else two: resident warps
-  // matter more than pipeline depth (the kernel waits on latency at 12-16 warps per SM). Measured
-  // on the H200: f16 at 1M tokens fell from 78% to 52% of the read bandwidth at two CTAs per SM;
-  // with 24 KB stages and 4 CTAs (128 registers) instead of 32 KB and 3, q8_0 / q4_0 / turbo3 at
-  // 1M took 13% / 7% / 7% less time and 8 f16 query tokens 13% less
-  // (bench/results/2026-11-30-h200-occupancy.md).
+  // of the shared memory (Q fragments and stages). Three stages where the kernel's target CTAs per
+  // SM (ctas_target) still fit an SM, else two: resident warps matter more than pipeline depth (the
+  // kernel waits on latency at 12-16 warps per SM). Measured on the H200: f16 at 1M tokens fell
+  // from 78% to 52% of the read bandwidth at two CTAs per SM; with 24 KB stages and 4 CTAs (128
+  // registers) instead of 32 KB and 3, q8_0 / q4_0 / turbo3 at 1M took 13% / 7% / 7% less time and
+  // 8 f16 query tokens 13% less (bench/results/2026-11-30-h200-occupancy.md).
   for (l.n_stages = kMaxStages; l.n_stages >= 2; --l.n_stages) {
     // Multiples of 128 bytes: TMA boxes land at 128-byte aligned stage and tile starts.
-    l.smem_kv_bytes =
-        round_up(std::max({tiles, q_stage, (reduce + l.n_stages - 1) / l.n_stages}), 128);
+    l.smem_kv_bytes = round_up(
+        std::max({tiles, q_stage, (reduce - l.smem_q_bytes + l.n_stages - 1) / l.n_stages}), 128);
     l.smem_total = static_cast<size_t>(l.smem_q_bytes) + size_t(l.n_stages) * l.smem_kv_bytes;
-    if (l.n_stages == 2 || kCtasPerSm * (l.smem_total + 1024) <= kSmemPerSm) break;
+    if (l.n_stages == 2 ||
+        l.ctas_target * (l.smem_total + 1024 + kStaticSmemBytes) <= int64_t{kSmemPerSm})
+      break;
   }
   return l;
 }

@@ -16,6 +16,8 @@ inline constexpr int32_t kStageTargetBytes = 24 * 1024;  // raw K+V bytes per pi
 inline constexpr int32_t kMaxTileKeys = 256;
 inline constexpr int64_t kMinKeysPerSplit = 64;
 inline constexpr size_t kSmemPerSm = 228 * 1024;  // H100/H200 shared memory per SM
+inline constexpr int64_t kStaticSmemBytes =
+    256;  // the decode kernel's static shared memory, at most
 inline constexpr int32_t kMaxSplits = 1024;
 
 struct DecodeLayout {
@@ -23,7 +25,8 @@ struct DecodeLayout {
   int32_t k_row_bytes = 0, v_row_bytes = 0;
   int32_t n_dslices = 1, slice_w = 0;
   int32_t n_mtiles = 1, row_block = 16, n_row_blocks = 1;
-  int32_t n_qtiles = 2;  // query n-tiles of 8 rows per M tile: 1 when a KV head has <= 8 rows
+  int32_t n_qtiles = 2;     // query n-tiles of 8 rows per M tile: 1 when a KV head has <= 8 rows
+  int32_t ctas_target = 4;  // CTAs per SM the instance is built for (ctas_per_sm_target)
   int32_t n_kgroups = 4;
   int32_t bk = 64;
   int32_t sk_stride = 0, sv_stride = 0;
