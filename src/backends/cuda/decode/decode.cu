@@ -19,8 +19,11 @@ namespace {
 // decode kernel allows it after its prologue) and waits in griddepcontrol.wait for the decode
 // grid's completion, so the launch latency between the two kernels disappears.
 template <KvType VT>
-void launch_merge(const DecodeParams& p, dim3 grid, size_t smem, cudaStream_t stream) {
-  launch_programmatic(decode_merge_kernel<VT>, p, grid, kMergeThreads, smem, stream);
+void launch_merge(const DecodeParams& p, dim3 grid, int threads, size_t smem, cudaStream_t stream) {
+  if (threads == kMergeThreads)
+    launch_programmatic(decode_merge_kernel<VT, kMergeWarps>, p, grid, threads, smem, stream);
+  else
+    launch_programmatic(decode_merge_kernel<VT, kMergeWarps / 2>, p, grid, threads, smem, stream);
 }
 constexpr MergeLaunch kMerge[8] = {launch_merge<KvType::f32>,    launch_merge<KvType::f16>,
                                    launch_merge<KvType::bf16>,   launch_merge<KvType::q8_0>,

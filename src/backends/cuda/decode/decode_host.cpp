@@ -250,8 +250,9 @@ Status run_decode(const Plan& plan, const AttentionTensors& t, void* workspace, 
     return cuda_error(e, "cuda.decode launch");
   if (plan.n_splits > 1) {
     const int64_t rows = int64_t{p.n_seqs} * p.n_kv_heads * d.rows;  // one CTA per row
-    merge_launch(p.v_type)(d, dim3(static_cast<unsigned>(rows)),
-                           size_t{kMergeWarps} * l.dvc * sizeof(float), stream);
+    const int warps = merge_warps(plan.n_splits);
+    merge_launch(p.v_type)(d, dim3(static_cast<unsigned>(rows)), 32 * warps,
+                           size_t(warps) * l.dvc * sizeof(float), stream);
     if (cudaError_t e = cudaPeekAtLastError(); e != cudaSuccess)
       return cuda_error(e, "cuda.decode merge launch");
   }

@@ -19,7 +19,8 @@ struct DecodeInstance {
 const DecodeInstance& decode_instance(KvType k, KvType v, int n_qtiles);
 
 // The launcher of the split merge (and finalize) kernel for V type v.
-using MergeLaunch = void (*)(const DecodeParams& p, dim3 grid, size_t smem, cudaStream_t stream);
+using MergeLaunch = void (*)(const DecodeParams& p, dim3 grid, int threads, size_t smem,
+                             cudaStream_t stream);
 MergeLaunch merge_launch(KvType v);
 
 template <KvType KT, KvType VT, int NR>

@@ -64,9 +64,7 @@ struct RunState<2> {
 // NR: 1 for up to 8 query rows per KV head (S^T = K.Q^T, one N tile of 8 rows), else 2 (S =
 // Q.K^T with 16-row M tiles of query rows: two n-tiles' worth).
 template <KvType KT, KvType VT, int NR>
-__global__ void __launch_bounds__(kThreads,
-                                  ctas_per_sm_target(NR, traits(KT).block_values == 1 ||
-                                                             traits(VT).block_values == 1))
+__global__ void __launch_bounds__(kThreads, kCtasPerSm)
     decode_kernel(const __grid_constant__ DecodeParams p) {
   constexpr bool kBfK = KT == KvType::bf16;  // Q.K^T in bf16 only for bf16 K, else f16
   constexpr bool kBfV = VT == KvType::bf16;

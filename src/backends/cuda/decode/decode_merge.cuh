@@ -11,17 +11,21 @@
 namespace kvflash::cuda::decode {
 
 // Merges the n_splits partial states of one (sequence, KV head, row) per CTA and finalizes it.
-// Warp w takes splits w, w + kMergeWarps, ..., kMergeBatch of them per round with all their
-// loads (m, l and o; lanes hold 4 dims each, 16-byte loads) in flight at once, and folds each
-// round into its running state like the online softmax; the warps' states meet in shared memory.
-// Up to kMergeWarps * kMergeBatch = 64 splits take one memory round trip after the decode grid.
-template <KvType VT>
-__global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const DecodeParams p) {
+// Warp w of W (8 or 16: merge_warps) takes splits w, w + W, ...,
+// kMergeBatch of them per round with all their loads (m, l and o; lanes hold 4 dims each, 16-byte
+// loads) in flight at once, and folds each round into its running state like the online softmax;
+// the warps' states meet in shared memory. Up to kMergeWarps * kMergeBatch = 128 splits take one
+// memory round trip after the decode grid. (Sixteen warps for every split count made 8-token
+// calls at 4K slower: 256 merge CTAs of mostly idle warps. W is a compile-time constant: with a
+// run-time warp count the loads of a round spill.)
+template <KvType VT, int W>
+__global__ void __launch_bounds__(32 * W) decode_merge_kernel(const DecodeParams p) {
   constexpr int kBatch = kMergeBatch;
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ uint32_t sign_words[4];
-  __shared__ float warp_m[kMergeWarps], warp_l[kMergeWarps];
+  __shared__ float warp_m[W], warp_l[W];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  constexpr int n_warps = W;
   if (tid < 4) sign_words[tid] = sign_word(tid);
   const int64_t row_id = blockIdx.x;  // over seqs x kv heads x rows
   // (seqs x kv heads x rows < 2^31: the plan caps sequences at 65535)
@@ -46,12 +50,12 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Decod
   float4 acc[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int s0 = warp; s0 < p.n_splits; s0 += kMergeWarps * kBatch) {
+  for (int s0 = warp; s0 < p.n_splits; s0 += n_warps * kBatch) {
     float ms[kBatch], ls[kBatch];
     float4 v[4][kBatch];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
-      const int s = s0 + b * kMergeWarps;
+      const int s = s0 + b * n_warps;
       const bool ok = s < p.n_splits;
       ms[b] = ok ? ml[s * ml_stride] : kNegInf;
       ls[b] = ok ? ml[s * ml_stride + 1] : 0.0f;
@@ -95,10 +99,10 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Decod
   __syncthreads();
   float mx = kNegInf;
 #pragma unroll
-  for (int i = 0; i < kMergeWarps; ++i) mx = fmaxf(mx, warp_m[i]);
+  for (int i = 0; i < n_warps; ++i) mx = fmaxf(mx, warp_m[i]);
   const float ref = mx == kNegInf ? 0.0f : mx;
   const float f = exp2f((m_w - ref) * kLog2e);  // this warp's weight (0 when it saw nothing)
-  float* red = reinterpret_cast<float*>(smem);  // [kMergeWarps][dvc]
+  float* red = reinterpret_cast<float*>(smem);  // [n_warps][dvc]
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const int d4 = lane + 32 * k;
@@ -107,17 +111,17 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Decod
           make_float4(acc[k].x * f, acc[k].y * f, acc[k].z * f, acc[k].w * f);
   }
   __syncthreads();
-  for (int d = tid; d < p.dvc; d += kMergeThreads) {
+  for (int d = tid; d < p.dvc; d += 32 * W) {
     float sum = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kMergeWarps; ++i) sum += red[i * p.dvc + d];
+    for (int i = 0; i < n_warps; ++i) sum += red[i * p.dvc + d];
     red[d] = sum;
   }
   __syncthreads();
   if (warp == 0) {
     float l = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kMergeWarps; ++i) l += warp_l[i] * exp2f((warp_m[i] - ref) * kLog2e);
+    for (int i = 0; i < n_warps; ++i) l += warp_l[i] * exp2f((warp_m[i] - ref) * kLog2e);
     const int tok = fdiv(r, p.div_group), qh = kvh * p.group + r - tok * p.group;
     const int64_t out_row = (int64_t{seq} * p.n_q_tokens + tok) * p.n_q_heads + qh;
     finalize_row<VT>(p, red, mx, l, out_row, qh, lane, sign_words);

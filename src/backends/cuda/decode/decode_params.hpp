@@ -9,18 +9,21 @@ namespace kvflash::cuda::decode {
 inline constexpr int kThreads = 128;  // 4 warps per CTA
 inline constexpr int kWarps = kThreads / 32;
 inline constexpr int kMaxStages = 3;  // shared-memory stages of raw K/V tiles (2 in flight)
-// CTAs per SM the decode kernel is built for (__launch_bounds__) and its shared-memory stages
-// are sized for: 4 (at most 128 registers), or 5 (at most 96) for the keys-as-M kernel of one
-// query n-tile over quantized K and V, whose ~100 registers fit 96 unspilled and whose stages
-// fit five times (float rows' stages fit three times at most: no gain from fewer registers).
+// CTAs per SM the decode kernel is built for (__launch_bounds__: at most 128 registers) and its
+// shared-memory stages are sized for. (5 CTAs at 96 registers for the one-n-tile kernel over
+// quantized K/V, measured: q8_0 at 1M tokens 15% slower, q4_0 / turbo at 32K 6-10% slower,
+// bench/results/2026-12-01-h200-five-ctas-ab.)
 inline constexpr int kCtasPerSm = 4;
-constexpr int ctas_per_sm_target(int n_qtiles, bool float_kv) {
-  return n_qtiles == 1 && !float_kv ? 5 : kCtasPerSm;
-}
-// The split merge: 8 warps per CTA (one CTA per query row), 8 splits per warp per round.
-inline constexpr int kMergeThreads = 256;
+// The split merge: 16 warps per CTA (one CTA per query row), 8 splits per warp per round: up to
+// 128 splits in one round (the 4-CTA plan takes 66 at 32/8 heads on 132 SMs; 8 warps took two).
+inline constexpr int kMergeThreads = 512;
 inline constexpr int kMergeWarps = kMergeThreads / 32;
 inline constexpr int kMergeBatch = 8;
+// Warps of a merge CTA: 8, or 16 where 8 would take two rounds (kMergeBatch splits per warp and
+// round).
+constexpr int merge_warps(int n_splits) {
+  return n_splits > kMergeBatch * kMergeWarps / 2 ? kMergeWarps : kMergeWarps / 2;
+}
 
 // n / d and n % d for 0 <= n < 2^31 with one multiply-high, an add and a shift, the magic number
 // found on the host (fast_div below; the round-up method of Granlund and Montgomery):

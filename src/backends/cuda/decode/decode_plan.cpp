@@ -46,8 +46,6 @@ DecodeLayout decode_layout(const AttentionProblem& p) {
   // The kernel's query rows are MMA N tiles of 8 (keys are the M dimension): one of them where
   // it is enough (one token of GQA <= 8) frees its accumulators' registers.
   l.n_qtiles = rows <= 8 ? 1 : 2;
-  l.ctas_target = ctas_per_sm_target(
-      l.n_qtiles, traits(p.k_type).block_values == 1 || traits(p.v_type).block_values == 1);
   l.n_row_blocks = (rows + l.row_block - 1) / l.row_block;
   l.n_kgroups = kWarps / (l.n_mtiles * l.n_dslices);
 
@@ -71,11 +69,11 @@ DecodeLayout decode_layout(const AttentionProblem& p) {
   const int32_t quantum = 16 * l.n_kgroups;
   int32_t bk = kStageTargetBytes / per_key / quantum * quantum;
   {
-    // Two stages of ctas_target CTAs should fit an SM (1 KB reserved per CTA, and the kernel's
-    // static shared memory): fewer keys per tile where the byte target's tiles do not (turbo3
-    // rows' 16-byte slots: 24 KB of bytes take 24 KB of slots at 192 keys, 16 KB at 128).
+    // Two stages of kCtasPerSm CTAs should fit an SM (1 KB reserved per CTA, and the kernel's
+    // static shared memory): fewer keys per tile where the byte target's tiles do not (8 tokens
+    // of q4_0: 160 -> 128 keys).
     const int64_t stage_room =
-        (int64_t{kSmemPerSm} / l.ctas_target - 1024 - kStaticSmemBytes - l.smem_q_bytes) / 2;
+        (int64_t{kSmemPerSm} / kCtasPerSm - 1024 - kStaticSmemBytes - l.smem_q_bytes) / 2;
     const int64_t fit = stage_room / (l.sk_stride + l.sv_stride) / quantum * quantum;
     bk = static_cast<int32_t>(std::min<int64_t>(bk, fit));
   }
@@ -90,8 +88,8 @@ DecodeLayout decode_layout(const AttentionProblem& p) {
                           int64_t{l.n_kgroups} * l.row_block * 3 + int64_t{l.row_block} * 2) *
                          4;
   // Q is staged in stage 1 while tile 0 arrives in stage 0; the key groups merge across all
-  // of the shared memory (Q fragments and stages). Three stages where the kernel's target CTAs per
-  // SM (ctas_target) still fit an SM, else two: resident warps matter more than pipeline depth (the
+  // of the shared memory (Q fragments and stages). Three stages where kCtasPerSm CTAs still fit
+  // an SM, else two: resident warps matter more than pipeline depth (the
   // kernel waits on latency at 12-16 warps per SM). Measured on the H200: f16 at 1M tokens fell
   // from 78% to 52% of the read bandwidth at two CTAs per SM; with 24 KB stages and 4 CTAs (128
   // registers) instead of 32 KB and 3, q8_0 / q4_0 / turbo3 at 1M took 13% / 7% / 7% less time and
@@ -102,7 +100,7 @@ DecodeLayout decode_layout(const AttentionProblem& p) {
         std::max({tiles, q_stage, (reduce - l.smem_q_bytes + l.n_stages - 1) / l.n_stages}), 128);
     l.smem_total = static_cast<size_t>(l.smem_q_bytes) + size_t(l.n_stages) * l.smem_kv_bytes;
     if (l.n_stages == 2 ||
-        l.ctas_target * (l.smem_total + 1024 + kStaticSmemBytes) <= int64_t{kSmemPerSm})
+        kCtasPerSm * (l.smem_total + 1024 + kStaticSmemBytes) <= int64_t{kSmemPerSm})
       break;
   }
   return l;

@@ -25,8 +25,7 @@ struct DecodeLayout {
   int32_t k_row_bytes = 0, v_row_bytes = 0;
   int32_t n_dslices = 1, slice_w = 0;
   int32_t n_mtiles = 1, row_block = 16, n_row_blocks = 1;
-  int32_t n_qtiles = 2;     // query n-tiles of 8 rows per M tile: 1 when a KV head has <= 8 rows
-  int32_t ctas_target = 4;  // CTAs per SM the instance is built for (ctas_per_sm_target)
+  int32_t n_qtiles = 2;  // query n-tiles of 8 rows per M tile: 1 when a KV head has <= 8 rows
   int32_t n_kgroups = 4;
   int32_t bk = 64;
   int32_t sk_stride = 0, sv_stride = 0;
