@@ -19,6 +19,24 @@ namespace kvflash::cuda::decode {
 inline constexpr float kLog2e = 1.4426950408889634f;
 inline constexpr float kNegInf = -__builtin_huge_valf();
 
+// Diagnostics build (-DKVFLASH_TIMELINE, scripts/timeline_gpu.sh): thread 0 of each CTA stores
+// the global timer (ns) at phase k of its kernel, 8 slots per CTA, the decode CTAs first and the
+// merge CTAs after them; decode_host.cpp prints the last call's phases at exit. Nothing otherwise.
+#ifdef KVFLASH_TIMELINE
+#define KVFLASH_TL(cta, k)                                             \
+  do {                                                                 \
+    if (threadIdx.x == 0 && p.tl != nullptr) {                         \
+      unsigned long long t_;                                           \
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_)::"memory"); \
+      p.tl[int64_t(cta) * 8 + (k)] = t_;                               \
+    }                                                                  \
+  } while (0)
+#else
+#define KVFLASH_TL(cta, k) \
+  do {                     \
+  } while (0)
+#endif
+
 // ---------------------------------------------------------------------------------------------
 // Small device helpers
 

@@ -8,9 +8,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/decode/decode_instances.hpp"
@@ -78,6 +81,56 @@ bool encode_tile_map(TensorMapBytes& map, const KvTensor& kv, KvType type, int32
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
+
+#ifdef KVFLASH_TIMELINE
+// Diagnostics build (KVFLASH_TL in decode_device.cuh): one device buffer of phase timestamps,
+// rewritten by every call (run() stays free of allocation after the first); at exit the last
+// call's phases go to stderr, µs after the first decode CTA started, min / p10 / median / p90 /
+// max over the CTAs.
+struct Timeline {
+  unsigned long long* buf = nullptr;
+  int64_t n_decode = 0, n_merge = 0;
+  static constexpr int64_t kSlots = int64_t{1} << 20;
+  static void dump() {
+    Timeline& t = get();
+    if (t.buf == nullptr || t.n_decode == 0) return;
+    std::vector<unsigned long long> h(size_t(t.n_decode + t.n_merge) * 8);
+    if (cudaDeviceSynchronize() != cudaSuccess ||
+        cudaMemcpy(h.data(), t.buf, h.size() * 8, cudaMemcpyDeviceToHost) != cudaSuccess)
+      return;
+    unsigned long long t0 = ~0ull;
+    for (int64_t c = 0; c < t.n_decode; ++c) t0 = std::min(t0, h[size_t(c) * 8]);
+    const auto row = [&](const char* name, int64_t c0, int64_t n, int k) {
+      std::vector<double> v;
+      for (int64_t c = c0; c < c0 + n; ++c) {
+        const unsigned long long x = h[size_t(c) * 8 + k];
+        if (x >= t0 && x != 0) v.push_back(double(x - t0) * 1e-3);
+      }
+      if (v.empty()) return;
+      std::sort(v.begin(), v.end());
+      fprintf(stderr,
+              "timeline %-22s n %5zu  min %7.2f  p10 %7.2f  med %7.2f  p90 %7.2f  max %7.2f us\n",
+              name, v.size(), v.front(), v[v.size() / 10], v[v.size() / 2], v[v.size() * 9 / 10],
+              v.back());
+    };
+    const char* dn[7] = {"decode entry",        "decode after wait", "decode tile0 issued",
+                         "decode tile0 landed", "decode loop end",   "decode epilogue done",
+                         "decode exit"};
+    for (int k = 0; k < 7; ++k) row(dn[k], 0, t.n_decode, k);
+    const char* mn[3] = {"merge entry", "merge after wait", "merge done"};
+    for (int k = 0; k < 3; ++k) row(mn[k], t.n_decode, t.n_merge, k);
+  }
+  static Timeline& get() {
+    static Timeline t = [] {
+      Timeline x;
+      if (cudaMalloc(&x.buf, size_t(kSlots) * 8 * 8) != cudaSuccess) x.buf = nullptr;
+      std::atexit(dump);
+      return x;
+    }();
+    return t;
+  }
+};
+#endif
 
 Status cuda_error(cudaError_t e, const char* what) {
   return Error{ErrorCode::internal, fmt::format("{}: {}", what, cudaGetErrorString(e))};
@@ -242,6 +295,15 @@ Status run_decode(const Plan& plan, const AttentionTensors& t, void* workspace, 
   if (d.tma_v) d.v_unit = 16, d.v_lead16 = 1;
   d.tma_bytes = (d.tma_k ? l.bk * l.sk_stride : 0) + (d.tma_v ? l.bk * l.sv_stride : 0);
 
+#ifdef KVFLASH_TIMELINE
+  {
+    Timeline& tl = Timeline::get();
+    d.tl = tl.buf;
+    tl.n_decode = int64_t{p.n_kv_heads} * l.n_row_blocks * plan.n_splits * p.n_seqs;
+    tl.n_merge = plan.n_splits > 1 ? int64_t{p.n_seqs} * p.n_kv_heads * d.rows : 0;
+    if (tl.n_decode + tl.n_merge > Timeline::kSlots) d.tl = nullptr;
+  }
+#endif
   auto stream = static_cast<cudaStream_t>(stream_ptr);
   const dim3 grid(static_cast<unsigned>(p.n_kv_heads * l.n_row_blocks),
                   static_cast<unsigned>(plan.n_splits), static_cast<unsigned>(p.n_seqs));

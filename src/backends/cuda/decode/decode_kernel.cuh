@@ -79,11 +79,16 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   const int kvh = fdiv(blockIdx.x, p.div_row_blocks), rb = blockIdx.x - kvh * p.n_row_blocks;
   const int split = blockIdx.y;
   const int seq = blockIdx.z;
+#ifdef KVFLASH_TIMELINE
+  const int64_t tl_cta = (int64_t{blockIdx.z} * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+#endif
+  KVFLASH_TL(tl_cta, 0);
 
   // Launched as a programmatic dependent of whatever precedes it on the stream (launch_decode):
   // its CTAs may become resident while the previous kernel (say, the last layer's merge) still
   // runs; nothing is read from global memory before that kernel has completed.
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  KVFLASH_TL(tl_cta, 1);
   const int row0 = rb * p.row_block;
   const int rows_here = min(p.row_block, p.rows - row0);
   // Q rows (f32) go to stage 1's area with cp.async, their own commit group, before the length is
@@ -305,6 +310,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     __syncthreads();
   }
   if (n_tiles > 0) issue_tile(k_lo, 0);
+  KVFLASH_TL(tl_cta, 2);
   cp_async_commit();
   {
     // Q rows (rotated for turbo K) as f32, then scaled and packed into fragments.
@@ -482,6 +488,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     }
     __syncthreads();
 
+    if (ti == 0) KVFLASH_TL(tl_cta, 3);
     const uint8_t* ks = kst;
     const uint8_t* vs = ks + k_tile_bytes;
     // Every key of the tile visible to every row, nothing to add to the scores: the usual case,
@@ -866,6 +873,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     __syncthreads();  // every warp is done with this stage before it is refilled
   }
   cp_async_wait<0>();
+  KVFLASH_TL(tl_cta, 4);
 
   // ---- Epilogue: full row sums, then merge the key groups through shared memory.
   // (NR 1: a row's keys are spread over the lanes of the same t; NR 2: over the four t.)
@@ -972,6 +980,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   }
   __syncthreads();
 
+  KVFLASH_TL(tl_cta, 5);
   if (p.n_splits == 1) {
     for (int r = warp; r < rows_here; r += kWarps) {
       const int rr = row0 + r, tok = fdiv(rr, p.div_group), qh = kvh * p.group + rr - tok * p.group;
@@ -989,6 +998,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
                  slot * p.rows * 2 + 2 * row0;
     for (int i = tid; i < rows_here * 2; i += kThreads) pml[i] = ml_final[i];
   }
+  KVFLASH_TL(tl_cta, 6);
 }
 
 template <KvType KT, KvType VT, int NR>

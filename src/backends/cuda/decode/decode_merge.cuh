@@ -26,6 +26,11 @@ __global__ void __launch_bounds__(32 * W) decode_merge_kernel(const DecodeParams
   __shared__ float warp_m[W], warp_l[W];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   constexpr int n_warps = W;
+#ifdef KVFLASH_TIMELINE
+  const int64_t tl_cta =
+      int64_t{p.n_seqs} * p.n_kv_heads * p.n_row_blocks * p.n_splits + blockIdx.x;
+#endif
+  KVFLASH_TL(tl_cta, 0);
   if (tid < 4) sign_words[tid] = sign_word(tid);
   const int64_t row_id = blockIdx.x;  // over seqs x kv heads x rows
   // (seqs x kv heads x rows < 2^31: the plan caps sequences at 65535)
@@ -45,6 +50,7 @@ __global__ void __launch_bounds__(32 * W) decode_merge_kernel(const DecodeParams
   // grid) may launch now and wait in its own griddepcontrol.wait for this grid to complete.
   asm volatile("griddepcontrol.launch_dependents;");
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  KVFLASH_TL(tl_cta, 1);
 
   float m_w = kNegInf, l_w = 0.0f;
   float4 acc[4];
@@ -125,6 +131,7 @@ __global__ void __launch_bounds__(32 * W) decode_merge_kernel(const DecodeParams
     const int tok = fdiv(r, p.div_group), qh = kvh * p.group + r - tok * p.group;
     const int64_t out_row = (int64_t{seq} * p.n_q_tokens + tok) * p.n_q_heads + qh;
     finalize_row<VT>(p, red, mx, l, out_row, qh, lane, sign_words);
+    KVFLASH_TL(tl_cta, 2);
   }
 }
 

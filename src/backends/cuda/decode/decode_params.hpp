@@ -80,6 +80,9 @@ struct DecodeParams {
   float* out;
   float* lse;
   float* part;  // workspace: partial states, see part_o / part_ml below
+#ifdef KVFLASH_TIMELINE
+  unsigned long long* tl;  // diagnostics: per-CTA phase timestamps (KVFLASH_TL)
+#endif
 
   int64_t k_st, k_sh, k_ss;  // K strides in bytes: token, head, sequence
   int64_t v_st, v_sh, v_ss;
