@@ -514,7 +514,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
           const uint8_t* krow[2];
 #pragma unroll
           for (int n = 0; n < 2; ++n) krow[n] = ks + (16 * s + 8 * n) * p.sk_stride + k_slot;
-          const uint4* qf = q_frag + (mt * (p.dkc / 16)) * 32 + lane;
+          const uint4* qf = q_frag + (mt * (p.dkc >> 4)) * 32 + lane;
           // One 16-dim chunk: A from the two key rows' B-style fragments (x/y of chunk 0, z/w of
           // chunk 1 of a block), B from the Q fragment (rows g: x, z; rows g + 8: y, w).
           const auto qk = [&](float(&acc)[NR][4], const uint4& w0, const uint4& w1, const uint4& qa,
@@ -545,7 +545,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
               }
             };
             group_scores(0, st);
-            for (int gi = 1; gi < p.dkc / 128; ++gi) {
+            for (int gi = 1; gi < (p.dkc >> 7); ++gi) {
               float part[NR][4] = {};
               group_scores(gi, part);
 #pragma unroll
@@ -558,9 +558,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
             // Raw codes (exact in f16) into an accumulator that starts at minus the bias times the
             // query's chunk sums (qc), so the MMA leaves sum(q * (code - bias)) per block; the
             // block's scale of each key row (this lane's own rows) then multiplies it in f32.
+            // (One n-tile: one M tile of 16 rows per CTA, row_block = 16, decode_layout.)
+            constexpr int kRowBlock1 = 16;
             const float* qcm = qc + mt * 16 + 2 * t;
 #pragma unroll 4
-            for (int b = 0; b < p.dkc / 32; ++b) {
+            for (int b = 0; b < (p.dkc >> 5); ++b) {
               const uint4 qa = qf[(2 * b) * 32], qb = qf[(2 * b + 1) * 32];
               const uint4 w0 = k_frag_raw<KT>(krow[0], b, t), w1 = k_frag_raw<KT>(krow[1], b, t);
               const float s0 = half_to_float(static_cast<uint16_t>(k_scale<KT>(krow[0], b)));
@@ -568,7 +570,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
               float acc[NR][4];
 #pragma unroll
               for (int r = 0; r < NR; ++r) {
-                const float2 c = *reinterpret_cast<const float2*>(qcm + b * p.row_block + 8 * r);
+                const float2 c = *reinterpret_cast<const float2*>(qcm + b * kRowBlock1 + 8 * r);
                 acc[r][0] = acc[r][2] = c.x;
                 acc[r][1] = acc[r][3] = c.y;
               }
@@ -586,7 +588,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
           // Unrolled (4 blocks: D 128 in one pass): rolled, the loop's address and counter work
           // was ~16 instructions per block.
 #pragma unroll 4
-            for (int b = 0; b < p.dkc / 32; ++b) {
+            for (int b = 0; b < (p.dkc >> 5); ++b) {
               const uint4 qa = qf[(2 * b) * 32], qb = qf[(2 * b + 1) * 32];
               uint4 w[2];
 #pragma unroll
@@ -714,7 +716,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
           const uint8_t* krow[2];
 #pragma unroll
           for (int n = 0; n < 2; ++n) krow[n] = ks + (16 * s + 8 * n) * p.sk_stride + k_slot;
-          const uint4* qf = q_frag + (mt * (p.dkc / 16)) * 32 + lane;
+          const uint4* qf = q_frag + (mt * (p.dkc >> 4)) * 32 + lane;
           if constexpr (is_rotated(KT)) {
             // Per 128-dim group: the scores of the codebook values, then times each key's norm in
             // f32 (2 shuffles and 4 FMUL per n-tile where scaling the K values took 16 HMUL2). The
@@ -744,7 +746,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
               }
             };
             group_scores(0, sc);
-            for (int gi = 1; gi < p.dkc / 128; ++gi) {
+            for (int gi = 1; gi < (p.dkc >> 7); ++gi) {
               float part[2][4] = {};
               group_scores(gi, part);
 #pragma unroll
@@ -757,7 +759,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
           // Unrolled (4 blocks: D 128 in one pass): rolled, the loop's address and counter work
           // was ~16 instructions per block (~60 of ~580 per step for q4_0).
 #pragma unroll 4
-            for (int b = 0; b < p.dkc / 32; ++b) {
+            for (int b = 0; b < (p.dkc >> 5); ++b) {
               const uint4 a0 = qf[(2 * b) * 32],
                           a1 = qf[(2 * b + 1) * 32];  // shared by both n-tiles
 #pragma unroll
