@@ -300,6 +300,10 @@ TEST(CudaDecodePlan, EveryPointOfTheSpaceHasAConsistentLayout) {
             EXPECT_EQ(l.slice_w * l.n_dslices, l.dvc);
             EXPECT_EQ(l.slice_w % 16, 0);  // the one-tile kernel pairs V-dim tiles of 8
             EXPECT_EQ(l.n_qtiles, p.rows_per_kv_head() <= 8 ? 1 : 2);
+            // The one-n-tile kernel's bias terms sit 16 floats per block (kRowBlock1).
+            if (l.n_qtiles == 1) {
+              EXPECT_EQ(l.row_block, 16);
+            }
             // Q fragments, then (q8_0 / q4_0 K, one n-tile) the bias terms per row and block;
             // stages start 128-byte aligned (TMA). Stage 1 holds the staged Q rows (f32) and
             // after them the bias terms per row and 16-dim chunk.
