@@ -301,6 +301,7 @@ Status run_decode(const Plan& plan, const AttentionTensors& t, void* workspace, 
     d.tl = tl.buf;
     tl.n_decode = int64_t{p.n_kv_heads} * l.n_row_blocks * plan.n_splits * p.n_seqs;
     tl.n_merge = plan.n_splits > 1 ? int64_t{p.n_seqs} * p.n_kv_heads * d.rows : 0;
+    d.tl_merge0 = tl.n_decode;
     if (tl.n_decode + tl.n_merge > Timeline::kSlots) d.tl = nullptr;
   }
 #endif

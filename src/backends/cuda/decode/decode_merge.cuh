@@ -27,8 +27,7 @@ __global__ void __launch_bounds__(32 * W) decode_merge_kernel(const DecodeParams
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   constexpr int n_warps = W;
 #ifdef KVFLASH_TIMELINE
-  const int64_t tl_cta =
-      int64_t{p.n_seqs} * p.n_kv_heads * p.n_row_blocks * p.n_splits + blockIdx.x;
+  const int64_t tl_cta = p.tl_merge0 + blockIdx.x;
 #endif
   KVFLASH_TL(tl_cta, 0);
   if (tid < 4) sign_words[tid] = sign_word(tid);

@@ -82,6 +82,7 @@ struct DecodeParams {
   float* part;  // workspace: partial states, see part_o / part_ml below
 #ifdef KVFLASH_TIMELINE
   unsigned long long* tl;  // diagnostics: per-CTA phase timestamps (KVFLASH_TL)
+  int64_t tl_merge0;       // the first merge CTA's slot (after the decode grid's CTAs)
 #endif
 
   int64_t k_st, k_sh, k_ss;  // K strides in bytes: token, head, sequence
