@@ -156,6 +156,75 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint4& a, uint32_t
   }
 }
 
+// V's operands for a 16-key step: the four key rows vrow (keys 2t, 2t + 1, 2t + 8, 2t + 9 of
+// the step) give, for each of the lane's nt V dims (dim tiles i = 0 .. nt - 1, in order),
+// use(i, b0, b1) with b0 = half2(V[2t][d], V[2t + 1][d]) and b1 the same of keys 2t + 8, 2t + 9,
+// d the tile's dim in column g (16 consecutive dims for f16, bf16 and q8_0; q4_0 and turbo the
+// v_dim16 order, which the epilogue puts back). Turbo rows through the packed decoder come out
+// as codebook values: scale_p(n01, n23) first gets the rows' norms (keys 2t, 2t + 1 and 2t + 8,
+// 2t + 9) to scale P with, 4 HMUL2 per 16 keys where scaling the V values took 32.
+// (nt, dv0, g, ds: the lane's V dims per key, its first dim, its MMA column and its V slice;
+// tlut_v / lut_v the V type's codebook tables.)
+template <KvType VT, typename ScaleP, typename Use>
+__device__ __forceinline__ void v_operands(const uint8_t* const (&vrow)[4], int nt, int dv0, int g,
+                                           int ds, const TurboLut<VT>& tlut_v, const float* lut_v,
+                                           ScaleP&& scale_p, Use&& use) {
+  constexpr bool kBfV = VT == KvType::bf16;
+
+  bool done = false;
+  if constexpr (VT == KvType::f16 || VT == KvType::bf16) {
+    if (nt == 16) {
+      // Two 16-byte loads per key, then pairs of keys interleaved with byte permutes (no
+      // conversion: the MMA takes these bits).
+      uint32_t w[4][8];
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const uint4 lo = *reinterpret_cast<const uint4*>(vrow[kk] + 2 * dv0);
+        const uint4 hi = *reinterpret_cast<const uint4*>(vrow[kk] + 2 * dv0 + 16);
+        w[kk][0] = lo.x, w[kk][1] = lo.y, w[kk][2] = lo.z, w[kk][3] = lo.w;
+        w[kk][4] = hi.x, w[kk][5] = hi.y, w[kk][6] = hi.z, w[kk][7] = hi.w;
+      }
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const uint32_t sel = (i & 1) ? 0x7632u : 0x5410u;  // high or low halves of both
+        use(i, __byte_perm(w[0][i >> 1], w[1][i >> 1], sel),
+            __byte_perm(w[2][i >> 1], w[3][i >> 1], sel));
+      }
+      done = true;
+    }
+  }
+  if constexpr (VT == KvType::q8_0) {
+    if (nt == 16) {
+      v_frags_q8_0_16(vrow, dv0, use);
+      done = true;
+    }
+  }
+  if constexpr (VT == KvType::q4_0) {
+    if (nt == 16) {
+      v_frags_q4_0_16(vrow, g, ds, use);
+      done = true;
+    }
+  }
+  if constexpr (is_rotated(VT)) {
+    if (nt == 16) {
+      scale_p(__byte_perm(turbo_norm<VT>(vrow[0], ds), turbo_norm<VT>(vrow[1], ds), 0x5410u),
+              __byte_perm(turbo_norm<VT>(vrow[2], ds), turbo_norm<VT>(vrow[3], ds), 0x5410u));
+      v_frags_turbo16_packed<VT>(vrow, g, ds, tlut_v, use);
+      done = true;
+    }
+  }
+  if (!done) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      if (i < nt) {  // nt is even (slice widths are multiples of 16)
+        const int d = dv0 + i;
+        use(i, pack2<kBfV>(v_value<VT>(vrow[0], d, lut_v), v_value<VT>(vrow[1], d, lut_v)),
+            pack2<kBfV>(v_value<VT>(vrow[2], d, lut_v), v_value<VT>(vrow[3], d, lut_v)));
+      }
+    }
+  }
+}
+
 // The unnormalized Walsh-Hadamard transform H of one 128-value group in shared memory, in
 // place, by one warp (two butterflies per lane per stage); synchronized before and after.
 __device__ __forceinline__ void fwht128(float* x, int lane) {

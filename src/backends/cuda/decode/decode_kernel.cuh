@@ -27,39 +27,13 @@
 
 #include "backends/cuda/decode/decode_copy.cuh"
 #include "backends/cuda/decode/decode_device.cuh"
+#include "backends/cuda/decode/decode_epilogue.cuh"
 #include "backends/cuda/decode/decode_instances.hpp"
 
 namespace kvflash::cuda::decode {
 
 // ---------------------------------------------------------------------------------------------
 // The kernel
-
-// A warp's running state: O accumulators and, per query row of the lane, the running maximum and
-// sum. NR 1 (keys as the M dimension): O^T tiles o[m][0] for the lane's V dims 2m, 2m + 1 (of
-// its nt) and rows 2t, 2t + 1 (m[0][e], l[0][e]: row 2t + e). NR 2 (query rows as M): o[i] for
-// V-dim tile i, rows g and g + 8 (m[h], l[h]: row g + 8h).
-template <int NR>
-struct RunState;
-template <>
-struct RunState<1> {
-  float o[8][1][4], m[1][2], l[1][2];
-  __device__ void init() {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) o[i][0][0] = o[i][0][1] = o[i][0][2] = o[i][0][3] = 0.0f;
-    m[0][0] = m[0][1] = kNegInf;
-    l[0][0] = l[0][1] = 0.0f;
-  }
-};
-template <>
-struct RunState<2> {
-  float o[16][4], m[2], l[2];
-  __device__ void init() {
-#pragma unroll
-    for (int i = 0; i < 16; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-    m[0] = m[1] = kNegInf;
-    l[0] = l[1] = 0.0f;
-  }
-};
 
 // NR: 1 for up to 8 query rows per KV head (S^T = K.Q^T, one N tile of 8 rows), else 2 (S =
 // Q.K^T with 16-row M tiles of query rows: two n-tiles' worth).
@@ -79,9 +53,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   const int kvh = fdiv(blockIdx.x, p.div_row_blocks), rb = blockIdx.x - kvh * p.n_row_blocks;
   const int split = blockIdx.y;
   const int seq = blockIdx.z;
-#ifdef KVFLASH_TIMELINE
-  const int64_t tl_cta = (int64_t{blockIdx.z} * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
-#endif
+  // (The CTA's slots in a KVFLASH_TIMELINE build; unused otherwise.)
+  [[maybe_unused]] const int64_t tl_cta =
+      (int64_t{blockIdx.z} * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
   KVFLASH_TL(tl_cta, 0);
 
   // Launched as a programmatic dependent of whatever precedes it on the stream (launch_decode):
@@ -392,68 +366,6 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   RunState<NR> rs;
   rs.init();
 
-  // V's operands for a 16-key step: the four key rows vrow (keys 2t, 2t + 1, 2t + 8, 2t + 9 of
-  // the step) give, for each of the lane's nt V dims (dim tiles i = 0 .. nt - 1, in order),
-  // use(i, b0, b1) with b0 = half2(V[2t][d], V[2t + 1][d]) and b1 the same of keys 2t + 8, 2t + 9,
-  // d the tile's dim in column g (16 consecutive dims for f16, bf16 and q8_0; q4_0 and turbo the
-  // v_dim16 order, which the epilogue puts back). Turbo rows through the packed decoder come out
-  // as codebook values: scale_p(n01, n23) first gets the rows' norms (keys 2t, 2t + 1 and 2t + 8,
-  // 2t + 9) to scale P with, 4 HMUL2 per 16 keys where scaling the V values took 32.
-  const auto v_operands = [&](const uint8_t* const(&vrow)[4], auto&& scale_p, auto&& use) {
-    bool done = false;
-    if constexpr (VT == KvType::f16 || VT == KvType::bf16) {
-      if (nt == 16) {
-        // Two 16-byte loads per key, then pairs of keys interleaved with byte permutes (no
-        // conversion: the MMA takes these bits).
-        uint32_t w[4][8];
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          const uint4 lo = *reinterpret_cast<const uint4*>(vrow[kk] + 2 * dv0);
-          const uint4 hi = *reinterpret_cast<const uint4*>(vrow[kk] + 2 * dv0 + 16);
-          w[kk][0] = lo.x, w[kk][1] = lo.y, w[kk][2] = lo.z, w[kk][3] = lo.w;
-          w[kk][4] = hi.x, w[kk][5] = hi.y, w[kk][6] = hi.z, w[kk][7] = hi.w;
-        }
-#pragma unroll
-        for (int i = 0; i < 16; ++i) {
-          const uint32_t sel = (i & 1) ? 0x7632u : 0x5410u;  // high or low halves of both
-          use(i, __byte_perm(w[0][i >> 1], w[1][i >> 1], sel),
-              __byte_perm(w[2][i >> 1], w[3][i >> 1], sel));
-        }
-        done = true;
-      }
-    }
-    if constexpr (VT == KvType::q8_0) {
-      if (nt == 16) {
-        v_frags_q8_0_16(vrow, dv0, use);
-        done = true;
-      }
-    }
-    if constexpr (VT == KvType::q4_0) {
-      if (nt == 16) {
-        v_frags_q4_0_16(vrow, g, ds, use);
-        done = true;
-      }
-    }
-    if constexpr (is_rotated(VT)) {
-      if (nt == 16) {
-        scale_p(__byte_perm(turbo_norm<VT>(vrow[0], ds), turbo_norm<VT>(vrow[1], ds), 0x5410u),
-                __byte_perm(turbo_norm<VT>(vrow[2], ds), turbo_norm<VT>(vrow[3], ds), 0x5410u));
-        v_frags_turbo16_packed<VT>(vrow, g, ds, tlut_v, use);
-        done = true;
-      }
-    }
-    if (!done) {
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        if (i < nt) {  // nt is even (slice widths are multiples of 16)
-          const int d = dv0 + i;
-          use(i, pack2<kBfV>(v_value<VT>(vrow[0], d, lut_v), v_value<VT>(vrow[1], d, lut_v)),
-              pack2<kBfV>(v_value<VT>(vrow[2], d, lut_v), v_value<VT>(vrow[3], d, lut_v)));
-        }
-      }
-    }
-  };
-
   // Up to n_stages tiles in flight: refill the stage of tile ti - 1 (consumed before the last
   // iteration's closing barrier) with tile ti + n_stages - 1, then wait for tile ti only.
   const int ahead = p.n_stages - 1;
@@ -699,8 +611,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
             const uint4 a = make_uint4(sv0, b0, sv1, b1);
             mma16816<kBfV>(rs.o[i >> 1][0], a, pb[0][0], pb[0][1]);
           };
-          v_operands(
-              vrow,
+          v_operands<VT>(
+              vrow, nt, dv0, g, ds, tlut_v, lut_v,
               [&](uint32_t n01, uint32_t n23) {
 #pragma unroll
                 for (int r = 0; r < NR; ++r) {
@@ -860,8 +772,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 #pragma unroll
           for (int kk = 0; kk < 4; ++kk)
             vrow[kk] = vs + (16 * s + 8 * (kk >> 1)) * p.sv_stride + ((kk & 1) ? v_slot1 : v_slot0);
-          v_operands(
-              vrow,
+          v_operands<VT>(
+              vrow, nt, dv0, g, ds, tlut_v, lut_v,
               [&](uint32_t n01, uint32_t n23) {
                 pa.x = h2_mul(pa.x, n01);
                 pa.y = h2_mul(pa.y, n01);
@@ -877,130 +789,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   cp_async_wait<0>();
   KVFLASH_TL(tl_cta, 4);
 
-  // ---- Epilogue: full row sums, then merge the key groups through shared memory.
-  // (NR 1: a row's keys are spread over the lanes of the same t; NR 2: over the four t.)
-  if constexpr (NR == 1) {
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      rs.l[0][e] += __shfl_xor_sync(0xffffffffu, rs.l[0][e], 4);
-      rs.l[0][e] += __shfl_xor_sync(0xffffffffu, rs.l[0][e], 8);
-      rs.l[0][e] += __shfl_xor_sync(0xffffffffu, rs.l[0][e], 16);
-    }
-  } else {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      rs.l[h] += __shfl_xor_sync(0xffffffffu, rs.l[h], 1);
-      rs.l[h] += __shfl_xor_sync(0xffffffffu, rs.l[h], 2);
-    }
-  }
-  // All of the dynamic shared memory (the Q fragments and the stages: every copy has landed and
-  // been read) holds: each warp's accumulators in fragment order (lane-major, 64 floats (NR 1:
-  // 32) + 4 of padding per lane: 16-byte stores without bank conflicts), the merged rows in
-  // natural order, and per key group m, l and merge weights (decode_layout sizes it).
-  constexpr int kFragStride = NR == 1 ? 36 : 68;
-  float* frag = reinterpret_cast<float*>(smem);           // [kWarps][32][kFragStride]
-  float* red = frag + kWarps * 32 * kFragStride;          // [row_block][dvc] merged
-  float* red_ml = red + p.row_block * p.dvc;              // [n_kgroups][row_block][2]
-  float* red_w = red_ml + p.n_kgroups * p.row_block * 2;  // [n_kgroups][row_block]
-  float* ml_final = red_w + p.n_kgroups * p.row_block;    // [row_block][2]
-  __syncthreads();
-  if (active) {
-    float* mine = frag + (warp * 32 + lane) * kFragStride;
-    if constexpr (NR == 1) {
-#pragma unroll
-      for (int i = 0; i < 8; ++i)
-        if (2 * i < nt)
-          *reinterpret_cast<float4*>(mine + 4 * i) =
-              make_float4(rs.o[i][0][0], rs.o[i][0][1], rs.o[i][0][2], rs.o[i][0][3]);
-      if (g == 0 && ds == 0) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int row = mt * 16 + 2 * t + e;
-          red_ml[(kg * p.row_block + row) * 2] = rs.m[0][e];
-          red_ml[(kg * p.row_block + row) * 2 + 1] = rs.l[0][e];
-        }
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < 16; ++i)
-        if (i < nt)
-          *reinterpret_cast<float4*>(mine + 4 * i) =
-              make_float4(rs.o[i][0], rs.o[i][1], rs.o[i][2], rs.o[i][3]);
-      if (t == 0 && ds == 0) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = mt * 16 + g + 8 * h;
-          red_ml[(kg * p.row_block + row) * 2] = rs.m[h];
-          red_ml[(kg * p.row_block + row) * 2 + 1] = rs.l[h];
-        }
-      }
-    }
-  }
-  __syncthreads();
-  // Per row: the merged maximum and sum, and each key group's weight.
-  if (tid < rows_here) {
-    const int r = tid;
-    float mx = kNegInf;
-    for (int k2 = 0; k2 < p.n_kgroups; ++k2) mx = fmaxf(mx, red_ml[(k2 * p.row_block + r) * 2]);
-    const float ref = mx == kNegInf ? 0.0f : mx;
-    float l = 0.0f;
-    for (int k2 = 0; k2 < p.n_kgroups; ++k2) {
-      const float w = exp2f((red_ml[(k2 * p.row_block + r) * 2] - ref) * kLog2e);
-      red_w[k2 * p.row_block + r] = w;
-      l += red_ml[(k2 * p.row_block + r) * 2 + 1] * w;
-    }
-    ml_final[2 * r] = mx;
-    ml_final[2 * r + 1] = l;
-  }
-  __syncthreads();
-  // Merge the key groups into natural order: element (r, d) sits in the warp of row block r / 16
-  // and V slice d / slice_w; with d % slice_w = slot * nt + i (q4_0 and turbo V in 128-dim
-  // slices: d % 128 = v_dim16(VT, slot, i)) it is, for NR 1 (r % 16 = 2t + e < 8), lane
-  // slot * 4 + t, accumulator o[i / 2], entry 2 (i % 2) + e; for NR 2 (r % 16 = g + 8h, slot =
-  // 2t + e), lane g * 4 + t, accumulator o[i], entry 2h + e. Accumulator k is stored at 4k.
-  constexpr bool kVDim16 = VT == KvType::q4_0 || is_rotated(VT);
-  for (int idx = tid; idx < rows_here * p.dvc; idx += kThreads) {
-    const int r = fdiv(idx, p.div_dvc), d = idx - r * p.dvc;
-    const int rm = r & 15;
-    const int ds_r = fdiv(d, p.div_slice_w), rem = d - ds_r * p.slice_w;
-    int slot, i;
-    if (kVDim16 && nt == 16) {
-      v_tile16(VT, rem, slot, i);
-    } else {
-      slot = fdiv(rem, p.div_nt);
-      i = rem - slot * nt;
-    }
-    const int item_r = ds_r * p.n_mtiles + (r >> 4);
-    const int off =
-        NR == 1 ? (slot * 4 + (rm >> 1)) * kFragStride + 4 * (i >> 1) + 2 * (i & 1) + (rm & 1)
-                : ((rm & 7) * 4 + (slot >> 1)) * kFragStride + 4 * i + 2 * (rm >> 3) + (slot & 1);
-    float acc = 0.0f;
-    for (int k2 = 0; k2 < p.n_kgroups; ++k2)
-      acc +=
-          frag[(item_r * p.n_kgroups + k2) * 32 * kFragStride + off] * red_w[k2 * p.row_block + r];
-    red[idx] = acc;
-  }
-  __syncthreads();
-
-  KVFLASH_TL(tl_cta, 5);
-  if (p.n_splits == 1) {
-    for (int r = warp; r < rows_here; r += kWarps) {
-      const int rr = row0 + r, tok = fdiv(rr, p.div_group), qh = kvh * p.group + rr - tok * p.group;
-      const int64_t out_row = (int64_t{seq} * p.n_q_tokens + tok) * p.n_q_heads + qh;
-      finalize_row<VT>(p, red + r * p.dvc, ml_final[2 * r], ml_final[2 * r + 1], out_row, qh, lane,
-                       sign_words);
-    }
-  } else {
-    // Partial state for decode_merge_kernel: o at part_o(seq, kvh, split) [rows][dvc], and m, l
-    // at part_ml(...) [rows][2] (all o blocks first, so each o row stays 16-byte aligned).
-    const int64_t slot = (int64_t{seq} * p.n_kv_heads + kvh) * p.n_splits + split;
-    float* po = p.part + slot * p.rows * p.dvc + int64_t{row0} * p.dvc;
-    for (int i = tid; i < rows_here * p.dvc; i += kThreads) po[i] = red[i];
-    float* pml = p.part + int64_t{p.n_seqs} * p.n_kv_heads * p.n_splits * p.rows * p.dvc +
-                 slot * p.rows * 2 + 2 * row0;
-    for (int i = tid; i < rows_here * 2; i += kThreads) pml[i] = ml_final[i];
-  }
-  KVFLASH_TL(tl_cta, 6);
+  decode_epilogue<VT, NR>(p, rs, smem, sign_words, tid, lane, warp, g, t, kg, mt, ds, nt, active,
+                          row0, rows_here, seq, kvh, split, tl_cta);
 }
 
 template <KvType KT, KvType VT, int NR>
