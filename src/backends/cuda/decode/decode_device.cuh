@@ -138,6 +138,17 @@ __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
   return y;
 }
 
+// A 16-byte shared-memory load kept in program order with the MMAs (both are volatile asm), so
+// that the compiler does not hoist every Q fragment of an unrolled K loop to its top (which
+// spills at the register bound); ptxas still schedules it for latency.
+__device__ __forceinline__ uint4 lds128_in_order(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(smem_addr(p)));
+  return v;
+}
+
 // D += A.B for one m16n8k16 tile, f32 accumulation.
 template <bool kBf16>
 __device__ __forceinline__ void mma16816(float (&d)[4], const uint4& a, uint32_t b0, uint32_t b1) {

@@ -393,22 +393,48 @@ KVFLASH_HD void v_frags_turbo16_packed(const uint8_t* const (&vrow)[4], int n, i
       use(4 * m + 2, ah.x, ch.x);
       use(4 * m + 3, ah.y, ch.y);
     }
-  } else {
-    const int hs = n >> 2;  // the high bit of plane byte b's code in plane y: bit (b >> 4) + 2y
+  } else if constexpr (T == KvType::turbo2) {
     KVFLASH_UNROLL
     for (int y = 0; y < 4; ++y) {
       KVFLASH_UNROLL
       for (int m = 0; m < 2; ++m) {
         // codes of plane y of bytes b = 4n + 2m and b + 1 of rows k0, k1: [k0 b, k1 b, k0 b+1,
         // k1 b+1] (dims b + 32y, b + 1 + 32y)
-        uint32_t s01 = ((w[0][m] >> (2 * y)) & 0x0303u) | (((w[1][m] >> (2 * y)) << 4) & 0x3030u);
-        uint32_t s23 = ((w[2][m] >> (2 * y)) & 0x0303u) | (((w[3][m] >> (2 * y)) << 4) & 0x3030u);
-        if constexpr (T == KvType::turbo3) {
-          const int sh = hs + 2 * y;
-          s01 |= (((hq[0][m] >> sh) & 0x0101u) << 2) | (((hq[1][m] >> sh) & 0x0101u) << 6);
-          s23 |= (((hq[2][m] >> sh) & 0x0101u) << 2) | (((hq[3][m] >> sh) & 0x0101u) << 6);
-        }
+        const uint32_t s01 =
+            ((w[0][m] >> (2 * y)) & 0x0303u) | (((w[1][m] >> (2 * y)) << 4) & 0x3030u);
+        const uint32_t s23 =
+            ((w[2][m] >> (2 * y)) & 0x0303u) | (((w[3][m] >> (2 * y)) << 4) & 0x3030u);
         const frag2 a = lut.lookup4(s01), c = lut.lookup4(s23);
+        use(4 * y + 2 * m, a.x, c.x);
+        use(4 * y + 2 * m + 1, a.y, c.y);
+      }
+    }
+  } else {
+    // turbo3: per pair of rows (k0, k1 and k2, k3) and word m, the two rows' plane bytes
+    // b = 4n + 2m, b + 1 as one word x: [k0 b, k0 b+1, k1 b, k1 b+1]; plane y's codes are bits
+    // 2y, 2y + 1 of each byte, and each code's high bit (bit (b >> 4) + 2y of high-bit byte
+    // b & 15) goes to bit 2 of its byte. The selector [k0 b, k1 b, k0 b+1, k1 b+1] takes nibbles 0 and 2 of the
+    // masked word and nibbles 4 and 6 (shifted down by 12): one select-LOP3 (21% fewer PTX
+    // instructions in the step's V part than building each selector from the four rows' words).
+    const int hs = n >> 2;
+    KVFLASH_UNROLL
+    for (int m = 0; m < 2; ++m) {
+      uint32_t wp[2], hp[2];
+      KVFLASH_UNROLL
+      for (int pr = 0; pr < 2; ++pr) {
+        wp[pr] = byte_perm(w[2 * pr][m], w[2 * pr + 1][m], 0x5410u);
+        hp[pr] = byte_perm(hq[2 * pr][m], hq[2 * pr + 1][m], 0x5410u) >> hs;
+      }
+      KVFLASH_UNROLL
+      for (int y = 0; y < 4; ++y) {
+        uint32_t sel[2];
+        KVFLASH_UNROLL
+        for (int pr = 0; pr < 2; ++pr) {
+          const uint32_t h = y == 0 ? hp[pr] << 2 : hp[pr] >> (2 * y - 2);
+          const uint32_t x = ((wp[pr] >> (2 * y)) & 0x03030303u) | (h & 0x04040404u);
+          sel[pr] = (x & 0x0f0fu) | ((x >> 12) & 0xf0f0u);
+        }
+        const frag2 a = lut.lookup4(sel[0]), c = lut.lookup4(sel[1]);
         use(4 * y + 2 * m, a.x, c.x);
         use(4 * y + 2 * m + 1, a.y, c.y);
       }
