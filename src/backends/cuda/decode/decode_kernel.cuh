@@ -553,34 +553,34 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
           }
 
           // Per query row (a column of S^T): the maximum over the 16 keys across the 8 lanes of the
-          // same t, then P in place and the running sum (this lane's two keys; the lanes' sums are
-          // added at the end).
-          float alpha[NR][2];
-#pragma unroll
-          for (int r = 0; r < NR; ++r) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              float mx = fmaxf(st[r][e], st[r][2 + e]);
-              mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-              mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
-              mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-              const float m_new = fmaxf(rs.m[r][e], mx);
-              const float ref = m_new == kNegInf ? 0.0f : m_new;
-              alpha[r][e] = exp2_ftz((rs.m[r][e] - ref) * kLog2e);  // m_run = -inf gives 0
-              rs.m[r][e] = m_new;
-              const float p0 = exp2_ftz((st[r][e] - ref) * kLog2e);
-              const float p1 = exp2_ftz((st[r][2 + e] - ref) * kLog2e);
-              st[r][e] = p0;
-              st[r][2 + e] = p1;
-              rs.l[r][e] = rs.l[r][e] * alpha[r][e] + (p0 + p1);
-            }
-          }
-          // Once the running maxima settle, alpha is 1 everywhere: skip the multiplies.
-          bool rescale = false;
+          // same t, then P in place and the running sum. Once the running maxima settle, no key of a step exceeds its row's running maximum
+          // (the same value in the row's 8 lanes): one vote then skips the cross-lane maxima,
+          // the rescale factors and the accumulators' rescale (at depth, most steps).
+          float lmx[NR][2];
+          bool grows = false;
 #pragma unroll
           for (int r = 0; r < NR; ++r)
-            rescale = rescale || alpha[r][0] != 1.0f || alpha[r][1] != 1.0f;
-          if (__any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              lmx[r][e] = fmaxf(st[r][e], st[r][2 + e]);
+              grows = grows || lmx[r][e] > rs.m[r][e];
+            }
+          if (__any_sync(0xffffffffu, grows)) {
+            float alpha[NR][2];
+#pragma unroll
+            for (int r = 0; r < NR; ++r)
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                float mx = lmx[r][e];
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+                const float m_new = fmaxf(rs.m[r][e], mx);
+                const float ref = m_new == kNegInf ? 0.0f : m_new;
+                alpha[r][e] = exp2_ftz((rs.m[r][e] - ref) * kLog2e);  // m_run = -inf gives 0
+                rs.m[r][e] = m_new;
+                rs.l[r][e] *= alpha[r][e];
+              }
 #pragma unroll
             for (int i = 0; i < 8; ++i)
 #pragma unroll
@@ -591,6 +591,19 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
                 rs.o[i][r][3] *= alpha[r][1];
               }
           }
+          // P in place and the running sum (this lane's two keys; the lanes' sums are added at
+          // the end).
+#pragma unroll
+          for (int r = 0; r < NR; ++r)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const float ref = rs.m[r][e] == kNegInf ? 0.0f : rs.m[r][e];
+              const float p0 = exp2_ftz((st[r][e] - ref) * kLog2e);
+              const float p1 = exp2_ftz((st[r][2 + e] - ref) * kLog2e);
+              st[r][e] = p0;
+              st[r][2 + e] = p1;
+              rs.l[r][e] += p0 + p1;
+            }
 
           // O^T += V^T.P^T: P^T's B operands (keys 2t, 2t + 1 and 2t + 8, 2t + 9 of query row g of
           // n-tile r) are the transposes of the lane's packed scores (keys g, g + 8 of rows 2t,
@@ -732,17 +745,40 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
               }
           }
 
-          float alpha[2];
+          // As above: the cross-lane maxima and the rescale only when a key exceeds its row's
+          // running maximum.
+          float lmx[2];
+          bool grows = false;
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            float mx =
+            lmx[h] =
                 fmaxf(fmaxf(sc[0][2 * h], sc[0][2 * h + 1]), fmaxf(sc[1][2 * h], sc[1][2 * h + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float m_new = fmaxf(rs.m[h], mx);
-            const float ref = m_new == kNegInf ? 0.0f : m_new;
-            alpha[h] = exp2_ftz((rs.m[h] - ref) * kLog2e);  // m_run = -inf gives 0
-            rs.m[h] = m_new;
+            grows = grows || lmx[h] > rs.m[h];
+          }
+          if (__any_sync(0xffffffffu, grows)) {
+            float alpha[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              float mx = lmx[h];
+              mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+              mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+              const float m_new = fmaxf(rs.m[h], mx);
+              const float ref = m_new == kNegInf ? 0.0f : m_new;
+              alpha[h] = exp2_ftz((rs.m[h] - ref) * kLog2e);  // m_run = -inf gives 0
+              rs.m[h] = m_new;
+              rs.l[h] *= alpha[h];
+            }
+#pragma unroll
+            for (int i = 0; i < 16; ++i) {
+              rs.o[i][0] *= alpha[0];
+              rs.o[i][1] *= alpha[0];
+              rs.o[i][2] *= alpha[1];
+              rs.o[i][3] *= alpha[1];
+            }
+          }
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float ref = rs.m[h] == kNegInf ? 0.0f : rs.m[h];
             float sum = 0.0f;
 #pragma unroll
             for (int n = 0; n < 2; ++n)
@@ -752,17 +788,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
                 sc[n][2 * h + e] = pe;
                 sum += pe;
               }
-            rs.l[h] = rs.l[h] * alpha[h] + sum;
-          }
-          // Once the running maxima settle, alpha is 1 everywhere: skip 64 multiplies.
-          if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
-#pragma unroll
-            for (int i = 0; i < 16; ++i) {
-              rs.o[i][0] *= alpha[0];
-              rs.o[i][1] *= alpha[0];
-              rs.o[i][2] *= alpha[1];
-              rs.o[i][3] *= alpha[1];
-            }
+            rs.l[h] += sum;
           }
 
           // O += P.V: P (rows x 16 keys) is the A operand straight from the score registers; the
