@@ -413,9 +413,9 @@ KVFLASH_HD void v_frags_turbo16_packed(const uint8_t* const (&vrow)[4], int n, i
     // turbo3: per pair of rows (k0, k1 and k2, k3) and word m, the two rows' plane bytes
     // b = 4n + 2m, b + 1 as one word x: [k0 b, k0 b+1, k1 b, k1 b+1]; plane y's codes are bits
     // 2y, 2y + 1 of each byte, and each code's high bit (bit (b >> 4) + 2y of high-bit byte
-    // b & 15) goes to bit 2 of its byte. The selector [k0 b, k1 b, k0 b+1, k1 b+1] takes nibbles 0 and 2 of the
-    // masked word and nibbles 4 and 6 (shifted down by 12): one select-LOP3 (21% fewer PTX
-    // instructions in the step's V part than building each selector from the four rows' words).
+    // b & 15) goes to bit 2 of its byte. The selector [k0 b, k1 b, k0 b+1, k1 b+1] takes nibbles 0
+    // and 2 of the masked word and nibbles 4 and 6 (shifted down by 12): one select-LOP3 (21% fewer
+    // PTX instructions in the step's V part than building each selector from the four rows' words).
     const int hs = n >> 2;
     KVFLASH_UNROLL
     for (int m = 0; m < 2; ++m) {
