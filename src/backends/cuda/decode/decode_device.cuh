@@ -315,4 +315,76 @@ __device__ void finalize_row(const DecodeParams& p, float* o, float m, float l, 
   if (live && p.lse != nullptr && lane == 0) p.lse[out_row] = l == 0.0f ? kNegInf : m + logf(l);
 }
 
+// The prologue's Q work, after Q's rows have been staged (as f32) in `qs`: rotated for turbo K,
+// scaled and packed into the MMA fragments (q_frag), and for q8_0 / q4_0 K with one n-tile the
+// query's bias terms per block and row (qc); stage 1 zeroed where the layout asks for it.
+template <KvType KT, int NR>
+__device__ __forceinline__ void pack_q_fragments(const DecodeParams& p, float* qs, uint4* q_frag,
+                                                 float* qc, uint8_t* stage_base, int tid, int lane,
+                                                 int warp, const uint32_t* sign_words) {
+  constexpr bool kBfK = KT == KvType::bf16;
+  // Q rows (rotated for turbo K) as f32, then scaled and packed into fragments.
+  cp_async_wait<1>();  // Q's group: tile 0 may still be in flight
+  __syncthreads();
+  if constexpr (is_rotated(KT)) {
+    const int groups = p.row_block * (p.dkc / 128);
+    for (int gi = warp; gi < groups; gi += kWarps)
+      forward_rotate_group(qs + gi * 128, lane, sign_words);
+    __syncthreads();
+  }
+  // q8_0 / q4_0 K with one n-tile: the raw codes' bias terms (k_frag_raw), per row and 16-dim
+  // chunk minus the bias times the sum of the query's values as packed (scaled, rounded to f16):
+  // qch[chunk][row] from the lanes' packed values (in stage 1 after the staged rows), then
+  // qc[block][row] = both chunks' sum.
+  constexpr bool kFold = NR == 1 && (KT == KvType::q8_0 || KT == KvType::q4_0);
+  float* const qch = qs + p.row_block * p.dkc;
+  const int chunks = p.dkc / 16;
+  for (int i = tid; i < p.n_mtiles * chunks * 32; i += kThreads) {  // whole warps per item row
+    const int ln = i & 31, mt = fdiv(i >> 5, p.div_chunks), c = (i >> 5) - mt * chunks;
+    const int gg = ln >> 2, tt = ln & 3;
+    uint32_t regs[4];
+    float part[2] = {0.0f, 0.0f};  // rows gg, gg + 8
+#pragma unroll
+    for (int reg = 0; reg < 4; ++reg) {
+      const int r = mt * 16 + gg + ((reg & 1) ? 8 : 0);
+      const int kslot = 2 * tt + ((reg & 2) ? 8 : 0);
+      float v2[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int ks = kslot + h;
+        const int j = 4 * (c & 1) + 2 * (ks >> 3) + (ks & 1);
+        const int d = k_dim(KT, c >> 1, (ks & 7) >> 1, j);
+        v2[h] = qs[r * p.dkc + d] * p.scale;
+      }
+      regs[reg] = pack2<kBfK>(v2[0], v2[1]);
+      if constexpr (kFold) {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&regs[reg]));
+        part[reg & 1] += f.x + f.y;
+      }
+    }
+    q_frag[i] = make_uint4(regs[0], regs[1], regs[2], regs[3]);
+    if constexpr (kFold) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        part[h] += __shfl_xor_sync(0xffffffffu, part[h], 1);
+        part[h] += __shfl_xor_sync(0xffffffffu, part[h], 2);
+        if (tt == 0) qch[c * p.row_block + mt * 16 + gg + 8 * h] = -k_raw_bias<KT>(c & 1) * part[h];
+      }
+    }
+  }
+  __syncthreads();
+  if constexpr (kFold) {
+    for (int i = tid; i < p.row_block * (p.dkc / 32); i += kThreads) {
+      const int b = i / p.row_block, r = i - b * p.row_block;
+      qc[i] = qch[2 * b * p.row_block + r] + qch[(2 * b + 1) * p.row_block + r];
+    }
+    __syncthreads();
+  }
+  if (p.zero_stages) {
+    for (int i = tid * 16; i < (p.n_stages - 1) * p.smem_kv_bytes; i += kThreads * 16)
+      *reinterpret_cast<uint4*>(stage_base + p.smem_kv_bytes + i) = make_uint4(0, 0, 0, 0);
+    __syncthreads();
+  }
+}
+
 }  // namespace kvflash::cuda::decode

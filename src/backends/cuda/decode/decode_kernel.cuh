@@ -286,71 +286,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   if (n_tiles > 0) issue_tile(k_lo, 0);
   KVFLASH_TL(tl_cta, 2);
   cp_async_commit();
-  {
-    // Q rows (rotated for turbo K) as f32, then scaled and packed into fragments.
-    cp_async_wait<1>();  // Q's group: tile 0 may still be in flight
-    __syncthreads();
-    if constexpr (is_rotated(KT)) {
-      const int groups = p.row_block * (p.dkc / 128);
-      for (int gi = warp; gi < groups; gi += kWarps)
-        forward_rotate_group(qs + gi * 128, lane, sign_words);
-      __syncthreads();
-    }
-    // q8_0 / q4_0 K with one n-tile: the raw codes' bias terms (k_frag_raw), per row and 16-dim
-    // chunk minus the bias times the sum of the query's values as packed (scaled, rounded to f16):
-    // qch[chunk][row] from the lanes' packed values (in stage 1 after the staged rows), then
-    // qc[block][row] = both chunks' sum.
-    constexpr bool kFold = NR == 1 && (KT == KvType::q8_0 || KT == KvType::q4_0);
-    float* const qch = qs + p.row_block * p.dkc;
-    const int chunks = p.dkc / 16;
-    for (int i = tid; i < p.n_mtiles * chunks * 32; i += kThreads) {  // whole warps per item row
-      const int ln = i & 31, mt = fdiv(i >> 5, p.div_chunks), c = (i >> 5) - mt * chunks;
-      const int gg = ln >> 2, tt = ln & 3;
-      uint32_t regs[4];
-      float part[2] = {0.0f, 0.0f};  // rows gg, gg + 8
-#pragma unroll
-      for (int reg = 0; reg < 4; ++reg) {
-        const int r = mt * 16 + gg + ((reg & 1) ? 8 : 0);
-        const int kslot = 2 * tt + ((reg & 2) ? 8 : 0);
-        float v2[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int ks = kslot + h;
-          const int j = 4 * (c & 1) + 2 * (ks >> 3) + (ks & 1);
-          const int d = k_dim(KT, c >> 1, (ks & 7) >> 1, j);
-          v2[h] = qs[r * p.dkc + d] * p.scale;
-        }
-        regs[reg] = pack2<kBfK>(v2[0], v2[1]);
-        if constexpr (kFold) {
-          const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&regs[reg]));
-          part[reg & 1] += f.x + f.y;
-        }
-      }
-      q_frag[i] = make_uint4(regs[0], regs[1], regs[2], regs[3]);
-      if constexpr (kFold) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          part[h] += __shfl_xor_sync(0xffffffffu, part[h], 1);
-          part[h] += __shfl_xor_sync(0xffffffffu, part[h], 2);
-          if (tt == 0)
-            qch[c * p.row_block + mt * 16 + gg + 8 * h] = -k_raw_bias<KT>(c & 1) * part[h];
-        }
-      }
-    }
-    __syncthreads();
-    if constexpr (kFold) {
-      for (int i = tid; i < p.row_block * (p.dkc / 32); i += kThreads) {
-        const int b = i / p.row_block, r = i - b * p.row_block;
-        qc[i] = qch[2 * b * p.row_block + r] + qch[(2 * b + 1) * p.row_block + r];
-      }
-      __syncthreads();
-    }
-    if (p.zero_stages) {
-      for (int i = tid * 16; i < (p.n_stages - 1) * p.smem_kv_bytes; i += kThreads * 16)
-        *reinterpret_cast<uint4*>(stage_base + p.smem_kv_bytes + i) = make_uint4(0, 0, 0, 0);
-      __syncthreads();
-    }
-  }
+  pack_q_fragments<KT, NR>(p, qs, q_frag, qc, stage_base, tid, lane, warp, sign_words);
   // Tiles 1 .. n_stages - 2 follow tile 0 into their stages (one commit group per tile, empty
   // groups past the end, so the wait counts below hold).
   for (int st = 1; st < p.n_stages - 1; ++st) {
@@ -440,9 +376,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
             // Per 128-dim group: the scores of the codebook values, then times each key's norm in
             // f32 (the lane's own rows). Group 0 goes straight into st, later ones are added.
             const auto group_scores = [&](int gi, float(&acc)[NR][4]) {
-              // Unrolled: rolled, the loop's address and counter work was ~15 of its 63
-              // instructions per block (turbo3). The Q fragments load in order with the MMAs
-              // (loaded at the top of the unrolled loop they spill).
+            // Unrolled: rolled, the loop's address and counter work was ~15 of its 63
+            // instructions per block (turbo3). The Q fragments load in order with the MMAs
+            // (loaded at the top of the unrolled loop they spill).
 #pragma unroll
               for (int bb = 0; bb < 4; ++bb) {
                 const int b = 4 * gi + bb;
@@ -553,9 +489,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
           }
 
           // Per query row (a column of S^T): the maximum over the 16 keys across the 8 lanes of the
-          // same t, then P in place and the running sum. Once the running maxima settle, no key of a step exceeds its row's running maximum
-          // (the same value in the row's 8 lanes): one vote then skips the cross-lane maxima,
-          // the rescale factors and the accumulators' rescale (at depth, most steps).
+          // same t, then P in place and the running sum. Once the running maxima settle, no key of
+          // a step exceeds its row's running maximum (the same value in the row's 8 lanes): one
+          // vote then skips the cross-lane maxima, the rescale factors and the accumulators'
+          // rescale (at depth, most steps).
           float lmx[NR][2];
           bool grows = false;
 #pragma unroll
