@@ -277,9 +277,21 @@ TEST(CudaDecodePlan, LayoutWorkedExamples) {
     EXPECT_EQ(l.n_mtiles, 2);
     EXPECT_LE(4 * (l.smem_total + 1024 + kStaticSmemBytes), size_t{228} * 1024);
   }
-  // MLA 576/512: four V slices of 128, one M tile per CTA.
+  // D 256, one token: two V slices of 128, and K split between them (4 blocks each; turbo one
+  // 128-dim group each).
+  for (KvType t : {KvType::f16, KvType::q8_0, KvType::turbo3}) {
+    AttentionProblem p = problem(1, 32, 8, {256, 256}, 32768);
+    p.k_type = p.v_type = t;
+    l = decode_layout(p);
+    SCOPED_TRACE(to_string(t));
+    EXPECT_EQ(l.n_dslices, 2);
+    EXPECT_TRUE(l.k_split);
+    EXPECT_EQ(l.k_share, 4);
+  }
+  // MLA 576/512: four V slices of 128, one M tile per CTA (18 K blocks: not split by 4).
   l = decode_layout(problem(1, 128, 1, {576, 512}, 4096));
   EXPECT_EQ(l.n_dslices, 4);
+  EXPECT_FALSE(l.k_split);
   EXPECT_EQ(l.slice_w, 128);
   EXPECT_EQ(l.n_mtiles, 1);
   EXPECT_EQ(l.n_row_blocks, 8);
@@ -308,8 +320,20 @@ TEST(CudaDecodePlan, EveryPointOfTheSpaceHasAConsistentLayout) {
             // stages start 128-byte aligned (TMA). Stage 1 holds the staged Q rows (f32) and
             // after them the bias terms per row and 16-dim chunk.
             const bool fold = l.n_qtiles == 1 && (kt == KvType::q8_0 || kt == KvType::q4_0);
+            // One n-tile with V dims split, K's blocks (turbo: 128-dim groups) divisible among
+            // the slices, one K/V type: K split too, the partial scores' exchange at the Q region's
+            // end.
+            const int32_t units = l.dkc / (is_rotated(kt) ? 128 : 32);
+            // (Kernels for K = V types other than f32: gen_instances.py's SPLIT.)
+            EXPECT_EQ(l.k_split, l.n_qtiles == 1 && l.n_dslices > 1 && units % l.n_dslices == 0 &&
+                                     kt == vt && kt != KvType::f32);
+            EXPECT_EQ(l.k_share * (l.k_split ? l.n_dslices : 1), l.dkc / 32);
+            if (l.k_split) {
+              EXPECT_LE(l.n_dslices * l.n_kgroups, kWarps);  // [warp][2][32] float4 slots
+            }
             EXPECT_GE(l.smem_q_bytes, l.n_mtiles * (l.dkc / 16) * 32 * 16 +
-                                          (fold ? l.row_block * (l.dkc / 32) * 4 : 0));
+                                          (fold ? l.row_block * (l.dkc / 32) * 4 : 0) +
+                                          (l.k_split ? kScoreXchgBytes : 0));
             EXPECT_EQ(l.smem_q_bytes % 128, 0);
             EXPECT_GE(l.smem_kv_bytes,
                       l.row_block * l.dkc * 4 + (fold ? l.row_block * (l.dkc / 16) * 4 : 0));

@@ -1,5 +1,5 @@
 // The CUDA decode kernels against the float64 reference on device buffers: q tokens 1, 2, 8; GQA
-// 4 and 8; head dims 64, 128, 256, 576/512; f16, q8_0, q4_0, turbo3 and mixed q8_0/turbo4; kv
+// 4 and 8; head dims 64, 128, 256, 512, 576/512; f16, q8_0, q4_0, turbo3 and mixed q8_0/turbo4; kv
 // lengths 1 ... 70,000, a free batch slot (kv_len 0) and a sequence shorter than its queries.
 // Each case plans on the CUDA backend; a case no CUDA candidate accepts is skipped, saying why.
 #include <fmt/format.h>
@@ -44,7 +44,7 @@ std::string case_name(const DecodeCase& c) {
 
 std::vector<DecodeCase> decode_cases() {
   using enum KvType;
-  const HeadDims d64{64, 64}, d128{128, 128}, d256{256, 256}, mla{576, 512};
+  const HeadDims d64{64, 64}, d128{128, 128}, d256{256, 256}, d512{512, 512}, mla{576, 512};
   return {
       {1, 8, 2, d128, f16, f16, {1}},
       {1, 8, 2, d64, q4_0, q4_0, {1}},
@@ -56,6 +56,10 @@ std::vector<DecodeCase> decode_cases() {
       {2, 8, 2, d64, f16, f16, {100}},
       {2, 16, 2, d128, q8_0, q8_0, {5000}},
       {8, 8, 2, d256, q8_0, q8_0, {5000}},
+      // one token, V dims split over two warps: K's dims split too, the scores exchanged
+      {1, 8, 2, d256, q4_0, q4_0, {5000}},
+      {1, 8, 2, d256, turbo3, turbo3, {70000}},
+      {1, 8, 2, d512, q8_0, q8_0, {5000}},  // four slices
       {8, 8, 2, d128, q4_0, q4_0, {100}},
       {1, 8, 1, mla, f16, f16, {5000}},
       {2, 8, 1, mla, q8_0, q8_0, {1000}},

@@ -10,7 +10,8 @@ namespace kvflash::cuda::decode {
 
 #include "backends/cuda/decode/instances/decode_table.inc"
 
-const DecodeInstance& decode_instance(KvType k, KvType v, int n_qtiles) {
+const DecodeInstance& decode_instance(KvType k, KvType v, int n_qtiles, bool k_split) {
+  if (k_split) return kDecodeSplitInstances[static_cast<int>(k)];  // decode_layout: K = V
   return kDecodeInstances[static_cast<int>(k)][static_cast<int>(v)][n_qtiles == 1 ? 0 : 1];
 }
 

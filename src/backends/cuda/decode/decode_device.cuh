@@ -149,6 +149,11 @@ __device__ __forceinline__ uint4 lds128_in_order(const uint4* p) {
   return v;
 }
 
+// Barrier `id` (1..15; 0 is __syncthreads) over `threads` threads (whole warps).
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
 // D += A.B for one m16n8k16 tile, f32 accumulation.
 template <bool kBf16>
 __device__ __forceinline__ void mma16816(float (&d)[4], const uint4& a, uint32_t b0, uint32_t b1) {

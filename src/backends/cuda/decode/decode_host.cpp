@@ -179,7 +179,8 @@ void plan_decode(Plan& plan) {
   const AttentionProblem& p = plan.problem;
   const DecodeLayout l = decode_layout(p);
   int ctas = 1;
-  if (decode_instance(p.k_type, p.v_type, l.n_qtiles).prepare(l.smem_total, &ctas) != cudaSuccess ||
+  if (decode_instance(p.k_type, p.v_type, l.n_qtiles, l.k_split).prepare(l.smem_total, &ctas) !=
+          cudaSuccess ||
       ctas < 1)
     ctas = 1;
   plan.n_threads = 1;
@@ -257,6 +258,7 @@ Status run_decode(const Plan& plan, const AttentionTensors& t, void* workspace, 
   d.n_row_blocks = l.n_row_blocks;
   d.n_mtiles = l.n_mtiles;
   d.n_dslices = l.n_dslices;
+  d.k_share = l.k_share;
   d.n_kgroups = l.n_kgroups;
   d.slice_w = l.slice_w;
   d.n_splits = plan.n_splits;
@@ -308,7 +310,7 @@ Status run_decode(const Plan& plan, const AttentionTensors& t, void* workspace, 
   auto stream = static_cast<cudaStream_t>(stream_ptr);
   const dim3 grid(static_cast<unsigned>(p.n_kv_heads * l.n_row_blocks),
                   static_cast<unsigned>(plan.n_splits), static_cast<unsigned>(p.n_seqs));
-  decode_instance(p.k_type, p.v_type, l.n_qtiles).launch(d, grid, l.smem_total, stream);
+  decode_instance(p.k_type, p.v_type, l.n_qtiles, l.k_split).launch(d, grid, l.smem_total, stream);
   if (cudaError_t e = cudaPeekAtLastError(); e != cudaSuccess)
     return cuda_error(e, "cuda.decode launch");
   if (plan.n_splits > 1) {

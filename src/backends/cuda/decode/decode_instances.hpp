@@ -1,5 +1,6 @@
-// The decode kernel instances: one per (K type, V type, query n-tiles 1 or 2), defined in the
-// generated files instances/decode_k_<type>_r<n>.cu (generator: gen_instances.py beside this file).
+// The decode kernel instances: one per (K type, V type, query n-tiles 1 or 2), and the K-split
+// ones, defined in the generated files instances/decode_*.cu (generator: gen_instances.py beside
+// this file).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,17 +16,20 @@ struct DecodeInstance {
   void (*launch)(const DecodeParams& p, dim3 grid, size_t smem, cudaStream_t stream);
 };
 
-// The instance for a type pair (every pair of kAllKvTypes has one) and n_qtiles (1 or 2).
-const DecodeInstance& decode_instance(KvType k, KvType v, int n_qtiles);
+// The instance for a type pair (every pair of kAllKvTypes has one) and n_qtiles (1 or 2); with
+// k_split (decode_layout: one n-tile, K = V, not f32) the one that splits K between V slices.
+const DecodeInstance& decode_instance(KvType k, KvType v, int n_qtiles, bool k_split);
 
 // The launcher of the split merge (and finalize) kernel for V type v.
 using MergeLaunch = void (*)(const DecodeParams& p, dim3 grid, int threads, size_t smem,
                              cudaStream_t stream);
 MergeLaunch merge_launch(KvType v);
 
-template <KvType KT, KvType VT, int NR>
+// KS: the one-n-tile kernel (NR 1) with K split between the V slices' warps
+// (DecodeParams::k_split).
+template <KvType KT, KvType VT, int NR, bool KS>
 cudaError_t prepare_decode(size_t smem, int* ctas_per_sm);
-template <KvType KT, KvType VT, int NR>
+template <KvType KT, KvType VT, int NR, bool KS>
 void launch_decode(const DecodeParams& p, dim3 grid, size_t smem, cudaStream_t stream);
 
 }  // namespace kvflash::cuda::decode

@@ -36,8 +36,9 @@ namespace kvflash::cuda::decode {
 // The kernel
 
 // NR: 1 for up to 8 query rows per KV head (S^T = K.Q^T, one N tile of 8 rows), else 2 (S =
-// Q.K^T with 16-row M tiles of query rows: two n-tiles' worth).
-template <KvType KT, KvType VT, int NR>
+// Q.K^T with 16-row M tiles of query rows: two n-tiles' worth). KS (NR 1 only): K's dims split
+// between the warps of the V slices (head dims above 128), their partial scores exchanged.
+template <KvType KT, KvType VT, int NR, bool KS>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     decode_kernel(const __grid_constant__ DecodeParams p) {
   constexpr bool kBfK = KT == KvType::bf16;  // Q.K^T in bf16 only for bf16 K, else f16
@@ -266,6 +267,19 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   const int v_slot0 = 2 * t * p.sv_stride + (kFloatV ? 0 : v_row_offset(k_lo + 2 * t));
   const int v_slot1 =
       kFloatV ? v_slot0 + p.sv_stride : (2 * t + 1) * p.sv_stride + v_row_offset(k_lo + 2 * t + 1);
+  // KS (one n-tile, V dims split: decode_layout's k_split): the warps that share keys (same kg)
+  // split K's 32-dim blocks between them too (turbo: whole 128-dim groups), k_share blocks each,
+  // this one from kb_lo, and add their partial scores (see the step). Its K rows and Q fragments
+  // start at block kb_lo (k_slot_nr1, the step's qf), so that its loops are those of an unsplit K
+  // of k_share blocks. A kernel of its own: in the one kernel, the exchange's code (if never run)
+  // cost head dim 128 1-3% (+15 registers), and a per-warp trip count made ptxas treat the loops
+  // as divergent (+22 registers, 2-4%). (The loops' bounds stay expressions of p: the same bound
+  // held in a variable took q8_0's kernel from 99 to 126 registers.)
+  constexpr int kKBlockValues = traits(KT).block_values, kKBlockBytes = traits(KT).block_bytes;
+  static_assert(!KS || NR == 1, "K split: one n-tile only");
+  const int kb_lo = KS ? ds * p.k_share : 0;
+  const int k_slot_nr1 = k_slot + kb_lo * 32 / kKBlockValues * kKBlockBytes;
+  [[maybe_unused]] int xpar = 0;  // KS: the exchange buffer of this step
 
   const int64_t n_keys = k_hi - k_lo;
   const int n_tiles = n_keys + p.bk - 1 < (int64_t{1} << 31)
@@ -361,8 +375,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
           float st[NR][4] = {};
           const uint8_t* krow[2];
 #pragma unroll
-          for (int n = 0; n < 2; ++n) krow[n] = ks + (16 * s + 8 * n) * p.sk_stride + k_slot;
-          const uint4* qf = q_frag + (mt * (p.dkc >> 4)) * 32 + lane;
+          for (int n = 0; n < 2; ++n) krow[n] = ks + (16 * s + 8 * n) * p.sk_stride + k_slot_nr1;
+          const uint4* qf = q_frag + (mt * (p.dkc >> 4) + 2 * kb_lo) * 32 + lane;
           // One 16-dim chunk: A from the two key rows' B-style fragments (x/y of chunk 0, z/w of
           // chunk 1 of a block), B from the Q fragment (rows g: x, z; rows g + 8: y, w).
           const auto qk = [&](float(&acc)[NR][4], const uint4& w0, const uint4& w1, const uint4& qa,
@@ -398,7 +412,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
               }
             };
             group_scores(0, st);
-            for (int gi = 1; gi < (p.dkc >> 7); ++gi) {
+            for (int gi = 1; gi < (KS ? p.k_share >> 2 : (p.dkc >> 7)); ++gi) {
               float part[NR][4] = {};
               group_scores(gi, part);
 #pragma unroll
@@ -413,9 +427,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
             // block's scale of each key row (this lane's own rows) then multiplies it in f32.
             // (One n-tile: one M tile of 16 rows per CTA, row_block = 16, decode_layout.)
             constexpr int kRowBlock1 = 16;
-            const float* qcm = qc + mt * 16 + 2 * t;
+            const float* qcm = qc + kb_lo * kRowBlock1 + mt * 16 + 2 * t;
 #pragma unroll 4
-            for (int b = 0; b < (p.dkc >> 5); ++b) {
+            for (int b = 0; b < (KS ? p.k_share : (p.dkc >> 5)); ++b) {
               const uint4 qa = qf[(2 * b) * 32], qb = qf[(2 * b + 1) * 32];
               const uint4 w0 = k_frag_raw<KT>(krow[0], b, t), w1 = k_frag_raw<KT>(krow[1], b, t);
               const float s0 = half_to_float(static_cast<uint16_t>(k_scale<KT>(krow[0], b)));
@@ -441,7 +455,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
           // Unrolled (4 blocks: D 128 in one pass): rolled, the loop's address and counter work
           // was ~16 instructions per block.
 #pragma unroll 4
-            for (int b = 0; b < (p.dkc >> 5); ++b) {
+            for (int b = 0; b < (KS ? p.k_share : (p.dkc >> 5)); ++b) {
               const uint4 qa = qf[(2 * b) * 32], qb = qf[(2 * b + 1) * 32];
               uint4 w[2];
 #pragma unroll
@@ -458,7 +472,30 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
               }
               qk(st, w[0], w[1], qa, qb);
             }
-
+          if constexpr (KS) {
+            // V dims split over the n_dslices warps that share these keys (same kg): each has
+            // computed the partial scores of its share of K's blocks (kb_lo), and each adds all
+            // the partials in slice order (the same sums, bitwise, in every one of them: the same
+            // softmax state), through two buffers per warp: a warp writes one while the other
+            // may still be read from the last step.
+            float4* xb = reinterpret_cast<float4*>(smem + p.smem_q_bytes - kScoreXchgBytes) +
+                         (kg * p.n_dslices * 2 + xpar) * 32 + lane;
+            xb[ds * 64] = make_float4(st[0][0], st[0][1], st[0][2], st[0][3]);
+            named_barrier(1 + kg, 32 * p.n_dslices);
+            float4 sum = xb[0];
+            for (int d = 1; d < p.n_dslices; ++d) {
+              const float4 v = xb[d * 64];
+              sum.x += v.x;
+              sum.y += v.y;
+              sum.z += v.z;
+              sum.w += v.w;
+            }
+            st[0][0] = sum.x;
+            st[0][1] = sum.y;
+            st[0][2] = sum.z;
+            st[0][3] = sum.w;
+            xpar ^= 1;
+          }
           // Soft cap, ALiBi, mask, visibility; then the online softmax per query row.
           const bool all_visible = tile_visible || (plain && j0 + 15 < k_hi &&
                                                     (!p.causal || j0 + 15 <= len - p.n_q_tokens) &&
@@ -761,13 +798,13 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
                           row0, rows_here, seq, kvh, split, tl_cta);
 }
 
-template <KvType KT, KvType VT, int NR>
+template <KvType KT, KvType VT, int NR, bool KS>
 cudaError_t prepare_decode(size_t smem, int* ctas_per_sm) {
   cudaError_t e =
-      cudaFuncSetAttribute(decode_kernel<KT, VT, NR>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(smem));
+      cudaFuncSetAttribute(decode_kernel<KT, VT, NR, KS>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, decode_kernel<KT, VT, NR>,
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, decode_kernel<KT, VT, NR, KS>,
                                                        kThreads, smem);
 }
 
@@ -791,9 +828,9 @@ inline void launch_programmatic(void (*kernel)(DecodeParams), const DecodeParams
 
 // Programmatic (see the kernel's griddepcontrol.wait): back-to-back decode steps (the layers of a
 // model) overlap one grid's launch with the previous grid's tail.
-template <KvType KT, KvType VT, int NR>
+template <KvType KT, KvType VT, int NR, bool KS>
 void launch_decode(const DecodeParams& p, dim3 grid, size_t smem, cudaStream_t stream) {
-  launch_programmatic(decode_kernel<KT, VT, NR>, p, grid, kThreads, smem, stream);
+  launch_programmatic(decode_kernel<KT, VT, NR, KS>, p, grid, kThreads, smem, stream);
 }
 
 }  // namespace kvflash::cuda::decode

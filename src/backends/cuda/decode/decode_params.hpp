@@ -9,6 +9,10 @@ namespace kvflash::cuda::decode {
 inline constexpr int kThreads = 128;  // 4 warps per CTA
 inline constexpr int kWarps = kThreads / 32;
 inline constexpr int kMaxStages = 3;  // shared-memory stages of raw K/V tiles (2 in flight)
+// The K-split kernel (one n-tile, V dims split over warps: decode_layout's k_split): the warps
+// that share keys split K's dims too and exchange their partial scores, [key group][V slice][2
+// buffers][32 lanes] x 4 floats, at the end of the Q region.
+inline constexpr int kScoreXchgBytes = kWarps * 2 * 32 * 16;
 // CTAs per SM the decode kernel is built for (__launch_bounds__: at most 128 registers) and its
 // shared-memory stages are sized for. (5 CTAs at 96 registers for the one-n-tile kernel over
 // quantized K/V, measured: q8_0 at 1M tokens 15% slower, q4_0 / turbo at 32K 6-10% slower,
@@ -112,10 +116,13 @@ struct DecodeParams {
   int32_t n_row_blocks;
   int32_t n_mtiles, n_dslices, n_kgroups;  // warps = n_mtiles * n_dslices * n_kgroups <= 4
   int32_t slice_w;                         // V dims per warp slice (dvc / n_dslices, multiple of 8)
-  int32_t n_splits;                        // KV splits per (sequence, KV head, row block)
-  int32_t smem_q_bytes;                    // Q fragments
-  int32_t smem_kv_bytes;                   // one stage of K and V tiles
-  int32_t n_stages;                        // 3, or 2 where three do not fit
+  // The K-split kernel (decode_layout's k_split): each V slice's warp takes k_share of K's
+  // 32-dim blocks. Else k_share = dkc / 32.
+  int32_t k_share;
+  int32_t n_splits;       // KV splits per (sequence, KV head, row block)
+  int32_t smem_q_bytes;   // Q fragments
+  int32_t smem_kv_bytes;  // one stage of K and V tiles
+  int32_t n_stages;       // 3, or 2 where three do not fit
   uint8_t causal, has_mask, has_sinks, has_alibi;
   uint8_t q_vec4;       // q and its rows are 16-byte aligned: 16-byte loads in the prologue
   uint8_t zero_stages;  // K rows are read past their stored bytes (zero padding dims)

@@ -64,6 +64,13 @@ DecodeLayout decode_layout(const AttentionProblem& p) {
   // the Q fragments; their per-chunk parts (prologue only) follow the staged Q rows in stage 1.
   const bool fold = l.n_qtiles == 1 && (p.k_type == KvType::q8_0 || p.k_type == KvType::q4_0);
   if (fold) l.smem_q_bytes += round_up(int64_t{l.row_block} * (l.dkc / 32) * 4, 128);
+  const int32_t k_units = is_rotated(p.k_type) ? l.dkc / 128 : l.dkc / 32;  // split units
+  const int32_t k_unit_blocks = is_rotated(p.k_type) ? 4 : 1;
+  // (Instances for K = V types other than f32: gen_instances.py's SPLIT.)
+  l.k_split = l.n_qtiles == 1 && l.n_dslices > 1 && k_units % l.n_dslices == 0 &&
+              p.k_type == p.v_type && p.k_type != KvType::f32;
+  l.k_share = l.k_split ? k_units / l.n_dslices * k_unit_blocks : l.dkc / 32;
+  if (l.k_split) l.smem_q_bytes += kScoreXchgBytes;
 
   const int32_t per_key = l.k_row_bytes + l.v_row_bytes;
   const int32_t quantum = 16 * l.n_kgroups;

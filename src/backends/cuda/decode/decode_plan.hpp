@@ -27,6 +27,11 @@ struct DecodeLayout {
   int32_t n_mtiles = 1, row_block = 16, n_row_blocks = 1;
   int32_t n_qtiles = 2;  // query n-tiles of 8 rows per M tile: 1 when a KV head has <= 8 rows
   int32_t n_kgroups = 4;
+  // One n-tile with V dims split (n_dslices > 1) and K's 32-dim blocks (turbo: 128-dim groups)
+  // divisible among the slices: the slices' warps split K too (k_split), k_share blocks each
+  // (else k_share = all of K's blocks), and exchange their partial scores.
+  bool k_split = false;
+  int32_t k_share = 0;
   int32_t bk = 64;
   int32_t sk_stride = 0, sv_stride = 0;
   int32_t smem_q_bytes = 0;

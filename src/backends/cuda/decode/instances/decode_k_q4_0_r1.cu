@@ -3,21 +3,21 @@
 
 // clang-format off
 namespace kvflash::cuda::decode {
-template cudaError_t prepare_decode<KvType::q4_0, KvType::f32, 1>(size_t, int*);
-template void launch_decode<KvType::q4_0, KvType::f32, 1>(const DecodeParams&, dim3, size_t, cudaStream_t);
-template cudaError_t prepare_decode<KvType::q4_0, KvType::f16, 1>(size_t, int*);
-template void launch_decode<KvType::q4_0, KvType::f16, 1>(const DecodeParams&, dim3, size_t, cudaStream_t);
-template cudaError_t prepare_decode<KvType::q4_0, KvType::bf16, 1>(size_t, int*);
-template void launch_decode<KvType::q4_0, KvType::bf16, 1>(const DecodeParams&, dim3, size_t, cudaStream_t);
-template cudaError_t prepare_decode<KvType::q4_0, KvType::q8_0, 1>(size_t, int*);
-template void launch_decode<KvType::q4_0, KvType::q8_0, 1>(const DecodeParams&, dim3, size_t, cudaStream_t);
-template cudaError_t prepare_decode<KvType::q4_0, KvType::q4_0, 1>(size_t, int*);
-template void launch_decode<KvType::q4_0, KvType::q4_0, 1>(const DecodeParams&, dim3, size_t, cudaStream_t);
-template cudaError_t prepare_decode<KvType::q4_0, KvType::turbo2, 1>(size_t, int*);
-template void launch_decode<KvType::q4_0, KvType::turbo2, 1>(const DecodeParams&, dim3, size_t, cudaStream_t);
-template cudaError_t prepare_decode<KvType::q4_0, KvType::turbo3, 1>(size_t, int*);
-template void launch_decode<KvType::q4_0, KvType::turbo3, 1>(const DecodeParams&, dim3, size_t, cudaStream_t);
-template cudaError_t prepare_decode<KvType::q4_0, KvType::turbo4, 1>(size_t, int*);
-template void launch_decode<KvType::q4_0, KvType::turbo4, 1>(const DecodeParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_decode<KvType::q4_0, KvType::f32, 1, false>(size_t, int*);
+template void launch_decode<KvType::q4_0, KvType::f32, 1, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_decode<KvType::q4_0, KvType::f16, 1, false>(size_t, int*);
+template void launch_decode<KvType::q4_0, KvType::f16, 1, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_decode<KvType::q4_0, KvType::bf16, 1, false>(size_t, int*);
+template void launch_decode<KvType::q4_0, KvType::bf16, 1, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_decode<KvType::q4_0, KvType::q8_0, 1, false>(size_t, int*);
+template void launch_decode<KvType::q4_0, KvType::q8_0, 1, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_decode<KvType::q4_0, KvType::q4_0, 1, false>(size_t, int*);
+template void launch_decode<KvType::q4_0, KvType::q4_0, 1, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_decode<KvType::q4_0, KvType::turbo2, 1, false>(size_t, int*);
+template void launch_decode<KvType::q4_0, KvType::turbo2, 1, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_decode<KvType::q4_0, KvType::turbo3, 1, false>(size_t, int*);
+template void launch_decode<KvType::q4_0, KvType::turbo3, 1, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_decode<KvType::q4_0, KvType::turbo4, 1, false>(size_t, int*);
+template void launch_decode<KvType::q4_0, KvType::turbo4, 1, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
 }  // namespace kvflash::cuda::decode
 // clang-format on

@@ -3,21 +3,21 @@
 
 // clang-format off
 namespace kvflash::cuda::decode {
-template cudaError_t prepare_decode<KvType::q8_0, KvType::f32, 2>(size_t, int*);
-template void launch_decode<KvType::q8_0, KvType::f32, 2>(const DecodeParams&, dim3, size_t, cudaStream_t);
-template cudaError_t prepare_decode<KvType::q8_0, KvType::f16, 2>(size_t, int*);
-template void launch_decode<KvType::q8_0, KvType::f16, 2>(const DecodeParams&, dim3, size_t, cudaStream_t);
-template cudaError_t prepare_decode<KvType::q8_0, KvType::bf16, 2>(size_t, int*);
-template void launch_decode<KvType::q8_0, KvType::bf16, 2>(const DecodeParams&, dim3, size_t, cudaStream_t);
-template cudaError_t prepare_decode<KvType::q8_0, KvType::q8_0, 2>(size_t, int*);
-template void launch_decode<KvType::q8_0, KvType::q8_0, 2>(const DecodeParams&, dim3, size_t, cudaStream_t);
-template cudaError_t prepare_decode<KvType::q8_0, KvType::q4_0, 2>(size_t, int*);
-template void launch_decode<KvType::q8_0, KvType::q4_0, 2>(const DecodeParams&, dim3, size_t, cudaStream_t);
-template cudaError_t prepare_decode<KvType::q8_0, KvType::turbo2, 2>(size_t, int*);
-template void launch_decode<KvType::q8_0, KvType::turbo2, 2>(const DecodeParams&, dim3, size_t, cudaStream_t);
-template cudaError_t prepare_decode<KvType::q8_0, KvType::turbo3, 2>(size_t, int*);
-template void launch_decode<KvType::q8_0, KvType::turbo3, 2>(const DecodeParams&, dim3, size_t, cudaStream_t);
-template cudaError_t prepare_decode<KvType::q8_0, KvType::turbo4, 2>(size_t, int*);
-template void launch_decode<KvType::q8_0, KvType::turbo4, 2>(const DecodeParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_decode<KvType::q8_0, KvType::f32, 2, false>(size_t, int*);
+template void launch_decode<KvType::q8_0, KvType::f32, 2, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_decode<KvType::q8_0, KvType::f16, 2, false>(size_t, int*);
+template void launch_decode<KvType::q8_0, KvType::f16, 2, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_decode<KvType::q8_0, KvType::bf16, 2, false>(size_t, int*);
+template void launch_decode<KvType::q8_0, KvType::bf16, 2, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_decode<KvType::q8_0, KvType::q8_0, 2, false>(size_t, int*);
+template void launch_decode<KvType::q8_0, KvType::q8_0, 2, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_decode<KvType::q8_0, KvType::q4_0, 2, false>(size_t, int*);
+template void launch_decode<KvType::q8_0, KvType::q4_0, 2, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_decode<KvType::q8_0, KvType::turbo2, 2, false>(size_t, int*);
+template void launch_decode<KvType::q8_0, KvType::turbo2, 2, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_decode<KvType::q8_0, KvType::turbo3, 2, false>(size_t, int*);
+template void launch_decode<KvType::q8_0, KvType::turbo3, 2, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_decode<KvType::q8_0, KvType::turbo4, 2, false>(size_t, int*);
+template void launch_decode<KvType::q8_0, KvType::turbo4, 2, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
 }  // namespace kvflash::cuda::decode
 // clang-format on
