@@ -5,7 +5,7 @@
 # the A/B of scripts/ab_gpu.sh against the tree with x.patch reverse-applied (make it with
 # `git add -N NEW_FILES; git diff HEAD > x.patch`: A = the working tree, B = HEAD; a plain
 # `git diff` leaves out new files and staged deletions). Results in /tmp/ab (tar it into $OUT).
-# AB_RACECHECK=1 adds compute-sanitizer racecheck over the decode and graph tests.
+# AB_RACECHECK=N adds N runs of compute-sanitizer racecheck over the decode and graph tests.
 #   scripts/ab_gpu_checked.sh BENCH FLAGS...   e.g. -ctk q4_0,turbo3 -d 32768,1048576 -r 30
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -30,14 +30,17 @@ timeout 150 compute-sanitizer --tool memcheck build/ab-a/tests/test_gpu_attentio
   --gtest_filter='Cases/CudaDecode.*:CudaGraph.*' > /tmp/ab/memcheck.txt 2>&1
 echo "memcheck rc=$?"
 grep "ERROR SUMMARY" /tmp/ab/memcheck.txt | tail -2
-# AB_RACECHECK=1: racecheck over the same tests too (for changes to barriers or shared memory).
-if [ "${AB_RACECHECK:-0}" = 1 ]; then
+# AB_RACECHECK=N: racecheck over the same tests too, N runs (for changes to barriers or shared
+# memory; one hazard has shown in one run of four: repeat it).
+for i in $(seq "${AB_RACECHECK:-0}"); do
+  rc_out=/tmp/ab/racecheck.txt
+  [ "$i" -gt 1 ] && rc_out=/tmp/ab/racecheck_$i.txt
   KVFLASH_GPU_TEST_QUICK=1 timeout 200 compute-sanitizer --tool racecheck --error-exitcode 1 \
     build/ab-a/tests/test_gpu_attention \
-    --gtest_filter='Cases/CudaDecode.*:CudaGraph.*' > /tmp/ab/racecheck.txt 2>&1
-  echo "racecheck rc=$?"
-  grep -E "RACECHECK SUMMARY|ERROR SUMMARY" /tmp/ab/racecheck.txt | tail -2
-fi
+    --gtest_filter='Cases/CudaDecode.*:CudaGraph.*' > "$rc_out" 2>&1
+  echo "racecheck $i rc=$?"
+  grep -E "RACECHECK SUMMARY|ERROR SUMMARY" "$rc_out" | tail -2
+done
 timeout 330 scripts/ab_gpu.sh /tmp/ab x.patch -R 3 -- "$@" > /tmp/ab/stdout.txt 2>&1
 echo "ab rc=$?"
 cat /tmp/ab/ab.md
