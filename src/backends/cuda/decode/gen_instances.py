@@ -35,7 +35,7 @@ for k in TYPES:
     for nr in NQ:
         write(f"decode_k_{k}_r{nr}.cu", f"decode instances, K type {k}, NR {nr}",
               [l for v in TYPES for l in inst(k, v, nr, False)])
-write("decode_ksplit.cu", "decode instances with K split between V slices (one n-tile)",
+write("decode_ksplit.cu", "the K-split decode instances (one n-tile)",
       [l for t in SPLIT for l in inst(t, t, 1, True)])
 
 # The tables of all instances, included by decode.cu.
