@@ -1,8 +1,8 @@
 // The tile copy of the CUDA decode kernel: K and V rows from global memory into a shared-memory
 // stage with cp.async, in 16-, 8- or 4-byte units (copy_mode in decode_plan.cpp picks the unit),
 // the general path (paged tensors, any unit) and the short path of contiguous tensors in 16-byte
-// units. Used by decode_kernel.cuh's issue_tile for the tiles TMA does not copy (float rows,
-// paged caches, slots over 256 bytes, strides TMA cannot describe).
+// units, and TileIssue, the kernel's copy of one tile (TMA for the tensors the host mapped; these
+// paths for float rows, paged caches, slots over 256 bytes, strides TMA cannot describe).
 #pragma once
 
 #include <cstdint>
@@ -139,5 +139,115 @@ __device__ __forceinline__ void copy_tile(const TileCopy& c, const uint8_t* row0
     }
   }
 }
+
+// Copies the K and V rows of keys key0 .. key0 + bk - 1 into stage `st`; rows past k_hi are
+// zero-filled. Per row of `per_row` copy units, thread tid copies unit tid % per_row of rows
+// tid / per_row, + rows_per_pass, ... (the kThreads % per_row threads left over idle), walking
+// its source and destination by constant steps: a few instructions per unit. (The previous
+// walk over (row, unit) pairs with a carry, a 64-bit multiply and the unit-size dispatch per
+// unit took about 50 instructions per copied unit: 40% of all the kernel executed for q4_0.)
+// Contiguous tensors copied in 16-byte units (the usual case: k_fast / v_fast) take copy_tile,
+// this thread's unit and rows worked out from tid in a few instructions per tile; paged tensors
+// and 8- or 4-byte units the general path below. Quantized tiles of contiguous caches go by TMA
+// instead (p.tma_k / p.tma_v). The members are the CTA's constants, set in the kernel's prologue.
+struct TileIssue {
+  uint8_t* stage_base;
+  const uint8_t* k_base;
+  const uint8_t* v_base;
+  uint64_t* tile_bar;  // per stage: the TMA copies' completion
+  int64_t k_hi;
+  int k_tile_bytes, kvh, seq, tid;
+  bool k_fast, v_fast;
+
+  __device__ __forceinline__ void operator()(const DecodeParams& p, int64_t key0, int st) const {
+    uint8_t* ks = stage_base + st * p.smem_kv_bytes;
+    if (p.tma_bytes > 0 && tid == 0) {
+      // One tensor copy per TMA tensor, rows past k_hi included (the kernel zeroes them after
+      // the copy, see the tile loop; past the tensor's capacity TMA fills zeros). The fence puts
+      // the stage's earlier generic accesses (the last tile's reads, Q, zeroed rows; ordered
+      // before this thread by the loop's barrier) before the copies' writes.
+      fence_proxy_async();
+      mbar_arrive_expect_tx(&tile_bar[st], static_cast<uint32_t>(p.tma_bytes));
+      // Boxes start at 16-byte aligned bytes (TMA's condition): the row follows its lead, as
+      // with the 16-byte cp.async copies of unaligned rows.
+      const int key = static_cast<int>(key0);
+      if (p.tma_k)
+        tma_load_3d(ks, &p.k_map, (kvh * static_cast<int>(p.k_sh)) & ~15, key, seq, &tile_bar[st]);
+      if (p.tma_v)
+        tma_load_3d(ks + k_tile_bytes, &p.v_map, (kvh * static_cast<int>(p.v_sh)) & ~15, key, seq,
+                    &tile_bar[st]);
+    }
+    const int rows_valid = static_cast<int>(min(int64_t{p.bk}, k_hi - key0));  // >= 1
+    // Unrolled: rolled, the loop keeps both tensors' parameters live as selects and the kernel
+    // spills (it runs at its 128-register bound).
+#pragma unroll
+    for (int which = 0; which < 2; ++which) {
+      if (which == 0 ? p.tma_k : p.tma_v) continue;
+      const uint8_t* base = which == 0 ? k_base : v_base;
+      const int64_t stride = which == 0 ? p.k_st : p.v_st;
+      const int row_bytes = which == 0 ? p.k_row_bytes : p.v_row_bytes;
+      const int unit = which == 0 ? p.k_unit : p.v_unit;
+      const int sstride = which == 0 ? p.sk_stride : p.sv_stride;
+      uint8_t* dst0 = which == 0 ? ks : ks + k_tile_bytes;
+      if (which == 0 ? k_fast : v_fast) {
+        const int pass = which == 0 ? p.k_pass : p.v_pass;
+        const TileCopy c =
+            tile_copy_plan(base, stride, row_bytes, which == 0 ? p.k_lead16 : p.v_lead16,
+                           which == 0 ? p.div_k_units : p.div_v_units, pass, sstride, p.bk, tid);
+        copy_tile(c, base + key0 * stride, stride, rows_valid, p.bk, pass, dst0, sstride);
+        continue;
+      }
+      // Contiguous: the whole tile is one run of rows `stride` apart. Paged: one run per page
+      // the tile touches (its rows are `stride` apart inside the page), the page found in the
+      // sequence's table; one division per tile (keys < 2^32: 32 bits), later pages start at
+      // their first token.
+      const auto ups = static_cast<uint32_t>(p.page_size);
+      uint32_t page = 0, in_page = 0;
+      const int32_t* table = nullptr;
+      if (p.page_size > 0) {
+        const auto key = static_cast<uint32_t>(key0);
+        page = key / ups;
+        in_page = key - page * ups;
+        table = which == 0 ? p.k_pages + int64_t{blockIdx.z} * p.k_pps
+                           : p.v_pages + int64_t{blockIdx.z} * p.v_pps;
+      }
+      int seg = 0;
+      do {
+        const uint8_t* src0;
+        int seg_rows;
+        if (p.page_size > 0) {
+          // Rows past the end (zero-filled) need no page.
+          const int32_t slot = seg < rows_valid ? table[page] : 0;
+          src0 = base + int64_t{slot} * (which == 0 ? p.k_sp : p.v_sp) + int64_t{in_page} * stride;
+          seg_rows = min(p.bk - seg, static_cast<int>(ups - in_page));
+          ++page;
+          in_page = 0;
+        } else {
+          src0 = base + key0 * stride;
+          seg_rows = p.bk;
+        }
+        uint8_t* dst = dst0 + seg * sstride;
+        const int valid = max(0, rows_valid - seg);
+        const FastDiv& units = which == 0 ? p.div_k_units : p.div_v_units;
+        const int pass = which == 0 ? p.k_pass : p.v_pass;
+        const bool lead16 = which == 0 ? p.k_lead16 : p.v_lead16;
+        if (unit == 16 && lead16) {
+          copy_rows<16, true>(src0, stride, valid, seg_rows, row_bytes, units, pass, dst, sstride,
+                              tid);
+        } else if (unit == 16) {
+          copy_rows<16, false>(src0, stride, valid, seg_rows, row_bytes, units, pass, dst, sstride,
+                               tid);
+        } else if (unit == 8) {
+          copy_rows<8, false>(src0, stride, valid, seg_rows, row_bytes, units, pass, dst, sstride,
+                              tid);
+        } else {
+          copy_rows<4, true>(src0, stride, valid, seg_rows, row_bytes, units, pass, dst, sstride,
+                             tid);
+        }
+        seg += seg_rows;
+      } while (seg < p.bk);
+    }
+  }
+};
 
 }  // namespace kvflash::cuda::decode

@@ -138,106 +138,18 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   const uint8_t* k_base = p.k + seq * p.k_ss + kvh * p.k_sh;  // paged: k_ss = 0
   const uint8_t* v_base = p.v + seq * p.v_ss + kvh * p.v_sh;
 
-  // Copies the K and V rows of keys key0 .. key0 + bk - 1 into stage `st`; rows past k_hi are
-  // zero-filled. Per row of `per_row` copy units, thread tid copies unit tid % per_row of rows
-  // tid / per_row, + rows_per_pass, ... (the kThreads % per_row threads left over idle), walking
-  // its source and destination by constant steps: a few instructions per unit. (The previous
-  // walk over (row, unit) pairs with a carry, a 64-bit multiply and the unit-size dispatch per
-  // unit took about 50 instructions per copied unit: 40% of all the kernel executed for q4_0.)
-  // Contiguous tensors copied in 16-byte units (the usual case) take copy_tile (decode_copy.cuh),
-  // this thread's unit and rows worked out from tid in a few instructions per tile; paged tensors
-  // and 8- or 4-byte units the general path below.
-  const bool k_fast = p.page_size == 0 && p.k_unit == 16 && p.div_k_units.d <= kThreads;
-  const bool v_fast = p.page_size == 0 && p.v_unit == 16 && p.div_v_units.d <= kThreads;
-  auto issue_tile = [&](int64_t key0, int st) {
-    uint8_t* ks = stage_base + st * p.smem_kv_bytes;
-    if (p.tma_bytes > 0 && tid == 0) {
-      // One tensor copy per TMA tensor, rows past k_hi included (the kernel zeroes them after
-      // the copy, see the tile loop; past the tensor's capacity TMA fills zeros). The fence puts
-      // the stage's earlier generic accesses (the last tile's reads, Q, zeroed rows; ordered
-      // before this thread by the loop's barrier) before the copies' writes.
-      fence_proxy_async();
-      mbar_arrive_expect_tx(&tile_bar[st], static_cast<uint32_t>(p.tma_bytes));
-      // Boxes start at 16-byte aligned bytes (TMA's condition): the row follows its lead, as
-      // with the 16-byte cp.async copies of unaligned rows.
-      const int key = static_cast<int>(key0);
-      if (p.tma_k)
-        tma_load_3d(ks, &p.k_map, (kvh * static_cast<int>(p.k_sh)) & ~15, key, seq, &tile_bar[st]);
-      if (p.tma_v)
-        tma_load_3d(ks + k_tile_bytes, &p.v_map, (kvh * static_cast<int>(p.v_sh)) & ~15, key, seq,
-                    &tile_bar[st]);
-    }
-    const int rows_valid = static_cast<int>(min(int64_t{p.bk}, k_hi - key0));  // >= 1
-    // Unrolled: rolled, the loop keeps both tensors' parameters live as selects and the kernel
-    // spills (it runs at its 128-register bound).
-#pragma unroll
-    for (int which = 0; which < 2; ++which) {
-      if (which == 0 ? p.tma_k : p.tma_v) continue;
-      const uint8_t* base = which == 0 ? k_base : v_base;
-      const int64_t stride = which == 0 ? p.k_st : p.v_st;
-      const int row_bytes = which == 0 ? p.k_row_bytes : p.v_row_bytes;
-      const int unit = which == 0 ? p.k_unit : p.v_unit;
-      const int sstride = which == 0 ? p.sk_stride : p.sv_stride;
-      uint8_t* dst0 = which == 0 ? ks : ks + k_tile_bytes;
-      if (which == 0 ? k_fast : v_fast) {
-        const int pass = which == 0 ? p.k_pass : p.v_pass;
-        const TileCopy c =
-            tile_copy_plan(base, stride, row_bytes, which == 0 ? p.k_lead16 : p.v_lead16,
-                           which == 0 ? p.div_k_units : p.div_v_units, pass, sstride, p.bk, tid);
-        copy_tile(c, base + key0 * stride, stride, rows_valid, p.bk, pass, dst0, sstride);
-        continue;
-      }
-      // Contiguous: the whole tile is one run of rows `stride` apart. Paged: one run per page
-      // the tile touches (its rows are `stride` apart inside the page), the page found in the
-      // sequence's table; one division per tile (keys < 2^32: 32 bits), later pages start at
-      // their first token.
-      const auto ups = static_cast<uint32_t>(p.page_size);
-      uint32_t page = 0, in_page = 0;
-      const int32_t* table = nullptr;
-      if (p.page_size > 0) {
-        const auto key = static_cast<uint32_t>(key0);
-        page = key / ups;
-        in_page = key - page * ups;
-        table = which == 0 ? p.k_pages + int64_t{blockIdx.z} * p.k_pps
-                           : p.v_pages + int64_t{blockIdx.z} * p.v_pps;
-      }
-      int seg = 0;
-      do {
-        const uint8_t* src0;
-        int seg_rows;
-        if (p.page_size > 0) {
-          // Rows past the end (zero-filled) need no page.
-          const int32_t slot = seg < rows_valid ? table[page] : 0;
-          src0 = base + int64_t{slot} * (which == 0 ? p.k_sp : p.v_sp) + int64_t{in_page} * stride;
-          seg_rows = min(p.bk - seg, static_cast<int>(ups - in_page));
-          ++page;
-          in_page = 0;
-        } else {
-          src0 = base + key0 * stride;
-          seg_rows = p.bk;
-        }
-        uint8_t* dst = dst0 + seg * sstride;
-        const int valid = max(0, rows_valid - seg);
-        const FastDiv& units = which == 0 ? p.div_k_units : p.div_v_units;
-        const int pass = which == 0 ? p.k_pass : p.v_pass;
-        const bool lead16 = which == 0 ? p.k_lead16 : p.v_lead16;
-        if (unit == 16 && lead16) {
-          copy_rows<16, true>(src0, stride, valid, seg_rows, row_bytes, units, pass, dst, sstride,
-                              tid);
-        } else if (unit == 16) {
-          copy_rows<16, false>(src0, stride, valid, seg_rows, row_bytes, units, pass, dst, sstride,
-                               tid);
-        } else if (unit == 8) {
-          copy_rows<8, false>(src0, stride, valid, seg_rows, row_bytes, units, pass, dst, sstride,
-                              tid);
-        } else {
-          copy_rows<4, true>(src0, stride, valid, seg_rows, row_bytes, units, pass, dst, sstride,
-                             tid);
-        }
-        seg += seg_rows;
-      } while (seg < p.bk);
-    }
-  };
+  // The tile copies (decode_copy.cuh's TileIssue): issue_tile(p, key0, st).
+  const TileIssue issue_tile{stage_base,
+                             k_base,
+                             v_base,
+                             tile_bar,
+                             k_hi,
+                             k_tile_bytes,
+                             kvh,
+                             seq,
+                             tid,
+                             p.page_size == 0 && p.k_unit == 16 && p.div_k_units.d <= kThreads,
+                             p.page_size == 0 && p.v_unit == 16 && p.div_v_units.d <= kThreads};
   // Byte offset of a row's data inside its slot (the lead; zero for aligned 16- and 8-byte copies):
   // the row address & (U - 1) = (base + key * stride) & (U - 1) = (base & m + key * (stride & m))
   // & m, from per-CTA constants in 32-bit arithmetic. 16-byte leads have stride & 15 = 0 (the
@@ -297,14 +209,14 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       *reinterpret_cast<uint4*>(stage_base + i) = make_uint4(0, 0, 0, 0);
     __syncthreads();
   }
-  if (n_tiles > 0) issue_tile(k_lo, 0);
+  if (n_tiles > 0) issue_tile(p, k_lo, 0);
   KVFLASH_TL(tl_cta, 2);
   cp_async_commit();
   pack_q_fragments<KT, NR>(p, qs, q_frag, qc, stage_base, tid, lane, warp, sign_words);
   // Tiles 1 .. n_stages - 2 follow tile 0 into their stages (one commit group per tile, empty
   // groups past the end, so the wait counts below hold).
   for (int st = 1; st < p.n_stages - 1; ++st) {
-    if (st < n_tiles) issue_tile(k_lo + int64_t{st} * p.bk, st);
+    if (st < n_tiles) issue_tile(p, k_lo + int64_t{st} * p.bk, st);
     cp_async_commit();
   }
   // The merge kernel (launched as a programmatic dependent) may start its launch now; it waits
@@ -321,7 +233,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   const int ahead = p.n_stages - 1;
   for (int ti = 0; ti < n_tiles; ++ti) {
     if (ti + ahead < n_tiles)
-      issue_tile(k_lo + int64_t{ti + ahead} * p.bk,
+      issue_tile(p, k_lo + int64_t{ti + ahead} * p.bk,
                  ti + ahead - fdiv(ti + ahead, p.div_stages) * p.n_stages);
     cp_async_commit();
     if (ahead == 2)
