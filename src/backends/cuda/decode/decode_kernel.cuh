@@ -192,6 +192,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   const int kb_lo = KS ? ds * p.k_share : 0;
   const int k_slot_nr1 = k_slot + kb_lo * 32 / kKBlockValues * kKBlockBytes;
   [[maybe_unused]] int xpar = 0;  // KS: the exchange buffer of this step
+  // KS: the exchange's barrier, shared by the warps of this key group (one per V slice).
+  [[maybe_unused]] const auto xchg_barrier = [&] { named_barrier(1 + kg, 32 * p.n_dslices); };
 
   const int64_t n_keys = k_hi - k_lo;
   const int n_tiles = n_keys + p.bk - 1 < (int64_t{1} << 31)
@@ -282,9 +284,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
             // group's warps stop at the same step: these pair up). The barriers' ids differ by
             // key group, so the hardware needs no padding; compute-sanitizer racecheck does:
             // without it, it reported a hazard in the epilogue (red_w) in 2 of 10 runs, with it
-            // in none of 6 (bench/results/2026-12-02-h200-racecheck-pad).
-            for (int pad = s; pad < steps; pad += p.n_kgroups)
-              named_barrier(1 + kg, 32 * p.n_dslices);
+            // in none of 10 (bench/results/2026-12-02-h200-racecheck-pad).
+            for (int pad = s; pad < steps; pad += p.n_kgroups) xchg_barrier();
           }
           break;
         }
@@ -405,7 +406,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
             float4* xb = reinterpret_cast<float4*>(smem + p.smem_q_bytes - kScoreXchgBytes) +
                          (kg * p.n_dslices * 2 + xpar) * 32 + lane;
             xb[ds * 64] = make_float4(st[0][0], st[0][1], st[0][2], st[0][3]);
-            named_barrier(1 + kg, 32 * p.n_dslices);
+            xchg_barrier();
             float4 sum = xb[0];
             for (int d = 1; d < p.n_dslices; ++d) {
               const float4 v = xb[d * 64];
