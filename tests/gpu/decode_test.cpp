@@ -61,6 +61,14 @@ std::vector<DecodeCase> decode_cases() {
       {1, 8, 2, d256, turbo3, turbo3, {70000}},
       {1, 8, 2, d512, q8_0, q8_0, {5000}},  // four slices
       {8, 8, 2, d128, q4_0, q4_0, {100}},
+      // 17-32 query rows per KV head (speculative steps of GQA 4): two 16-row M tiles, rows
+      // past the last one empty (5 tokens: 20 of 32), every type family, D 128 and 256
+      {8, 8, 2, d128, turbo3, turbo3, {70000}},
+      {5, 8, 2, d128, q8_0, q8_0, {5000}},  // 20 rows of 32
+      {8, 8, 2, d128, bf16, bf16, {2049}},
+      {8, 8, 2, d128, turbo2, turbo2, {4865}},
+      {8, 8, 2, d256, turbo4, turbo4, {5000}},
+      {6, 16, 4, d128, f16, f16, {70000}},
       {1, 8, 1, mla, f16, f16, {5000}},
       {2, 8, 1, mla, q8_0, q8_0, {1000}},
       // a free batch slot: the second sequence holds nothing (zeros, lse -inf)

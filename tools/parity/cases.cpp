@@ -127,6 +127,9 @@ std::vector<ParityCase> feature_cases() {
                    [](ParityCase& c) { c.alibi = true; },   [](ParityCase& c) { c.scale = 0.25f; }};
   const Axis feature_types = types({{f16, f16}, {q8_0, q4_0}, {turbo4, turbo2}});
   std::vector<ParityCase> out = product({}, {features, q_tokens({1, 9}), feature_types});
+  // The same with a speculative step of 8 tokens (GQA 4: 32 query rows per KV head, the CUDA
+  // kernel's two-M-tile layout).
+  append(out, product({}, {features, q_tokens({8}), types({{q4_0, q4_0}, {turbo3, turbo3}})}));
 
   // A window of 1 leaves each query only itself; a window across a long cache skips most blocks.
   append(out, product({}, {values(&ParityCase::window, std::vector<int64_t>{1, 256}), kv({4864}),
@@ -139,6 +142,7 @@ std::vector<ParityCase> feature_cases() {
   all.sinks = true;
   all.alibi = true;
   append(out, product(all, {q_tokens({1, 33}), types({{f16, f16}, {turbo3, q8_0}})}));
+  append(out, product(all, {q_tokens({5, 8}), types({{q8_0, q8_0}, {turbo4, turbo4}})}));
 
   // Non-causal, also with fewer keys than queries (queries at negative positions still see all).
   ParityCase nc;
