@@ -15,24 +15,14 @@ shift
 [ "${1:-}" = "--" ] && shift
 mkdir -p "$out"
 cd "$(dirname "$0")/.."
-jobs=$(nproc)
 # shellcheck source=scripts/gpu_deps.sh
 source scripts/gpu_deps.sh || exit 1
-rm -rf /tmp/ab-b && mkdir -p /tmp/ab-b && tar cf - --exclude=./build --exclude=./.git . | tar xf - -C /tmp/ab-b
-(cd /tmp/ab-b && patch -p1 "${reverse[@]}" < "$OLDPWD/$patch") > "$out/patch.txt" 2>&1 ||
-  { echo "patch failed"; cat "$out/patch.txt"; exit 1; }
-build() {  # src dir, build dir
-  cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release -DKVFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-    "${prefix_args[@]}" > "$out/build_$(basename "$2").txt" 2>&1 &&
-    cmake --build "$2" -j "$((jobs / 2))" --target kvflash-bench >> "$out/build_$(basename "$2").txt" 2>&1
-}
-build . build/ab-a & pa=$!
-build /tmp/ab-b /tmp/ab-b/build/ab-b & pb=$!
-wait $pa || { echo "build A failed"; tail -20 "$out/build_ab-a.txt"; exit 1; }
-wait $pb || { echo "build B failed"; tail -20 "$out/build_ab-b.txt"; exit 1; }
+# shellcheck source=scripts/ab_trees.sh
+source scripts/ab_trees.sh
+ab_build_trees "$out" "$patch" ab "${reverse[@]}" || exit 1
 for r in $(seq "$rounds"); do
-  build/ab-a/tools/bench/kvflash-bench --backend cuda --no-progress -o csv "$@" > "$out/a_$r.csv" 2>> "$out/err.txt"
-  /tmp/ab-b/build/ab-b/tools/bench/kvflash-bench --backend cuda --no-progress -o csv "$@" > "$out/b_$r.csv" 2>> "$out/err.txt"
+  "$bench_a" --backend cuda --no-progress -o csv "$@" > "$out/a_$r.csv" 2>> "$out/err.txt"
+  "$bench_b" --backend cuda --no-progress -o csv "$@" > "$out/b_$r.csv" 2>> "$out/err.txt"
 done
 python3 - "$out" "$rounds" > "$out/ab.md" <<'PY'
 import csv, statistics, sys

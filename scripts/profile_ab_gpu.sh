@@ -12,23 +12,12 @@ mkdir -p "$out"
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=scripts/gpu_deps.sh
 source scripts/gpu_deps.sh || exit 1
-rm -rf /tmp/prof-b && mkdir -p /tmp/prof-b &&
-  tar cf - --exclude=./build --exclude=./.git . | tar xf - -C /tmp/prof-b
-(cd /tmp/prof-b && patch -p1 < "$OLDPWD/$patch") > "$out/patch.txt" 2>&1 ||
-  { echo "patch failed"; cat "$out/patch.txt"; exit 1; }
-jobs=$(nproc)
-build() {  # src dir, build dir
-  cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release -DKVFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-    "${prefix_args[@]}" > "$out/build_$(basename "$2").txt" 2>&1 &&
-    cmake --build "$2" -j "$((jobs / 2))" --target kvflash-bench >> "$out/build_$(basename "$2").txt" 2>&1
-}
-build . build/prof-a & pa=$!
-build /tmp/prof-b /tmp/prof-b/build/prof-b & pb=$!
-wait $pa || { echo "build A failed"; tail -20 "$out/build_prof-a.txt"; exit 1; }
-wait $pb || { echo "build B failed"; tail -20 "$out/build_prof-b.txt"; exit 1; }
+# shellcheck source=scripts/ab_trees.sh
+source scripts/ab_trees.sh
+ab_build_trees "$out" "$patch" prof || exit 1
 for side in a b; do
-  bench=build/prof-a/tools/bench/kvflash-bench
-  [ "$side" = b ] && bench=/tmp/prof-b/build/prof-b/tools/bench/kvflash-bench
+  bench=$bench_a
+  [ "$side" = b ] && bench=$bench_b
   for pt in "$@"; do
     IFS=: read -r t d nq <<< "$pt"
     echo "=== $side $t depth $d n_q ${nq:-1} decode_kernel"
