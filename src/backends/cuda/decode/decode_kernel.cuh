@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backends/cuda/decode/decode_copy.cuh"
 #include "backends/cuda/decode/decode_device.cuh"
@@ -225,6 +226,26 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // for this grid's completion before it reads anything.
   asm volatile("griddepcontrol.launch_dependents;");
 
+  // One n-tile without the K split, float and turbo K: Q^T's B operands of the first four 32-dim
+  // blocks (D 128: all of them; 16 registers) stay in registers for the whole range instead of
+  // being read from shared memory in every 16-key step. Each step read two words of each lane's
+  // 16-byte fragment (lanes 16 bytes apart: 4-way bank conflicts); for q4_0 at 256K those loads
+  // were 46% of the shared-load wavefronts, nearly all the bank conflicts and half the L1 load
+  // (`bench/results/2026-12-02-h200-qregs-ab/`). turbo3 1.07-1.09x at 256K-1M, f16 1.01-1.05x.
+  // Not for q8_0 / q4_0 K (with their bias terms in registers too): 0.90-0.93x at 1M and 4K, with
+  // a wide spread between calls, unexplained. Blocks past the fourth (D > 128) are read per step.
+  constexpr bool kQRegs = NR == 1 && !KS && KT != KvType::q8_0 && KT != KvType::q4_0;
+  [[maybe_unused]] uint4 qra[4], qrb[4];
+  if constexpr (kQRegs) {
+    const uint4* qf0 = q_frag + (mt * (p.dkc >> 4)) * 32 + lane;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const bool in = b < (p.dkc >> 5);
+      qra[b] = in ? qf0[(2 * b) * 32] : make_uint4(0, 0, 0, 0);
+      qrb[b] = in ? qf0[(2 * b + 1) * 32] : make_uint4(0, 0, 0, 0);
+    }
+  }
+
   // The running state (declared here, after the prologue): accumulators, and per query row of
   // the lane the running maximum and sum (RunState).
   RunState<NR> rs;
@@ -314,15 +335,21 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
           if constexpr (is_rotated(KT)) {
             // Per 128-dim group: the scores of the codebook values, then times each key's norm in
             // f32 (the lane's own rows). Group 0 goes straight into st, later ones are added.
-            const auto group_scores = [&](int gi, float(&acc)[NR][4]) {
+            const auto group_scores = [&](int gi, float(&acc)[NR][4], auto from_regs) {
             // Unrolled: rolled, the loop's address and counter work was ~15 of its 63
             // instructions per block (turbo3). The Q fragments load in order with the MMAs
-            // (loaded at the top of the unrolled loop they spill).
+            // (loaded at the top of the unrolled loop they spill); group 0's are in registers.
 #pragma unroll
               for (int bb = 0; bb < 4; ++bb) {
                 const int b = 4 * gi + bb;
-                const uint4 qa = lds128_in_order(qf + (2 * b) * 32);
-                const uint4 qb = lds128_in_order(qf + (2 * b + 1) * 32);
+                uint4 qa, qb;
+                if constexpr (decltype(from_regs)::value) {
+                  qa = qra[bb];
+                  qb = qrb[bb];
+                } else {
+                  qa = lds128_in_order(qf + (2 * b) * 32);
+                  qb = lds128_in_order(qf + (2 * b + 1) * 32);
+                }
                 qk(acc, k_frag_turbo<KT>(krow[0], b, t, tlut_k),
                    k_frag_turbo<KT>(krow[1], b, t, tlut_k), qa, qb);
               }
@@ -336,10 +363,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
                 acc[r][3] *= n1;
               }
             };
-            group_scores(0, st);
+            group_scores(0, st, std::bool_constant<kQRegs>{});
             for (int gi = 1; gi < (KS ? p.k_share >> 2 : (p.dkc >> 7)); ++gi) {
               float part[NR][4] = {};
-              group_scores(gi, part);
+              group_scores(gi, part, std::false_type{});
 #pragma unroll
               for (int r = 0; r < NR; ++r)
 #pragma unroll
@@ -376,12 +403,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
               }
             }
           }
-          if constexpr (!is_rotated(KT) && KT != KvType::q8_0 && KT != KvType::q4_0)
-          // Unrolled (4 blocks: D 128 in one pass): rolled, the loop's address and counter work
-          // was ~16 instructions per block.
-#pragma unroll 4
-            for (int b = 0; b < (KS ? p.k_share : (p.dkc >> 5)); ++b) {
-              const uint4 qa = qf[(2 * b) * 32], qb = qf[(2 * b + 1) * 32];
+          if constexpr (!is_rotated(KT) && KT != KvType::q8_0 && KT != KvType::q4_0) {
+            // Unrolled (4 blocks: D 128 in one pass): rolled, the loop's address and counter work
+            // was ~16 instructions per block.
+            const auto kblock = [&](int b, const uint4& qa, const uint4& qb) {
               uint4 w[2];
 #pragma unroll
               for (int n = 0; n < 2; ++n) {
@@ -396,7 +421,19 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
                 }
               }
               qk(st, w[0], w[1], qa, qb);
+            };
+            if constexpr (kQRegs) {
+#pragma unroll
+              for (int b = 0; b < 4; ++b)
+                if (b < (p.dkc >> 5)) kblock(b, qra[b], qrb[b]);
+#pragma unroll 4
+              for (int b = 4; b < (p.dkc >> 5); ++b)
+                kblock(b, qf[(2 * b) * 32], qf[(2 * b + 1) * 32]);
+            } else {
+#pragma unroll 4
+              for (int b = 0; b < p.k_share; ++b) kblock(b, qf[(2 * b) * 32], qf[(2 * b + 1) * 32]);
             }
+          }
           if constexpr (KS) {
             // V dims split over the n_dslices warps that share these keys (same kg): each has
             // computed the partial scores of its share of K's blocks (kb_lo), and each adds all
