@@ -422,17 +422,14 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
               }
               qk(st, w[0], w[1], qa, qb);
             };
-            if constexpr (kQRegs) {
+            // The first four blocks from registers (kQRegs), the rest (or all) from shared memory.
+            constexpr int kFromRegs = kQRegs ? 4 : 0;
 #pragma unroll
-              for (int b = 0; b < 4; ++b)
-                if (b < (p.dkc >> 5)) kblock(b, qra[b], qrb[b]);
+            for (int b = 0; b < kFromRegs; ++b)
+              if (b < (p.dkc >> 5)) kblock(b, qra[b], qrb[b]);
 #pragma unroll 4
-              for (int b = 4; b < (p.dkc >> 5); ++b)
-                kblock(b, qf[(2 * b) * 32], qf[(2 * b + 1) * 32]);
-            } else {
-#pragma unroll 4
-              for (int b = 0; b < p.k_share; ++b) kblock(b, qf[(2 * b) * 32], qf[(2 * b + 1) * 32]);
-            }
+            for (int b = kFromRegs; b < (KS ? p.k_share : (p.dkc >> 5)); ++b)
+              kblock(b, qf[(2 * b) * 32], qf[(2 * b + 1) * 32]);
           }
           if constexpr (KS) {
             // V dims split over the n_dslices warps that share these keys (same kg): each has
