@@ -165,7 +165,9 @@ struct TileIssue {
       // One tensor copy per TMA tensor, rows past k_hi included (the kernel zeroes them after
       // the copy, see the tile loop; past the tensor's capacity TMA fills zeros). The fence puts
       // the stage's earlier generic accesses (the last tile's reads, Q, zeroed rows; ordered
-      // before this thread by the loop's barrier) before the copies' writes.
+      // before this thread by the loop's barrier) before the copies' writes. (Leaving it out of
+      // refills, which follow reads only, changed nothing measurable:
+      // bench/results/2026-12-03-h200-tile-sync-ab.)
       fence_proxy_async();
       mbar_arrive_expect_tx(&tile_bar[st], static_cast<uint32_t>(p.tma_bytes));
       // Boxes start at 16-byte aligned bytes (TMA's condition): the row follows its lead, as

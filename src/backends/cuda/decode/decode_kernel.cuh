@@ -266,12 +266,14 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     const int use = fdiv(ti, p.div_stages), stage = ti - use * p.n_stages;
     uint8_t* const kst = stage_base + stage * p.smem_kv_bytes;
     const int64_t tile_key0 = k_lo + int64_t{ti} * p.bk;
+    bool zero_filled = false;
     if (p.tma_bytes > 0) {
       mbar_wait(&tile_bar[stage], use & 1);
       // Rows past k_hi read as zero, as the cp.async copies leave them (TMA copied whatever the
       // tensor holds there): only in a range's last tile.
       const int rows_valid = static_cast<int>(min(int64_t{p.bk}, k_hi - tile_key0));
-      if (rows_valid < p.bk) {
+      zero_filled = rows_valid < p.bk;
+      if (zero_filled) {
 #pragma unroll
         for (int which = 0; which < 2; ++which) {
           if (!(which == 0 ? p.tma_k : p.tma_v)) continue;
@@ -283,7 +285,14 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
         }
       }
     }
-    __syncthreads();
+    // A tile that TMA copied whole is visible to each thread once its own wait above returns: a
+    // CTA barrier is needed only for cp.async copies (each thread waited for its own) and for the
+    // zero-filled rows of a range's last tile. (Float rows never go by TMA: their kernels keep
+    // the barrier at compile time, code unchanged.) Measured without it where it is not needed:
+    // turbo3 1.02-1.03x at 256K-1M, q8_0 K / turbo4 V 1.02x, head dim 256 q4_0 1.02x, q4_0 and
+    // q8_0 at 32/8 heads 1.00-1.01x (bench/results/2026-12-03-h200-tile-sync-ab).
+    constexpr bool kTmaTypes = traits(KT).block_values > 1 && traits(VT).block_values > 1;
+    if (!kTmaTypes || !(p.tma_k && p.tma_v) || zero_filled) __syncthreads();
 
     if (ti == 0) KVFLASH_TL(tl_cta, 3);
     const uint8_t* ks = kst;
