@@ -291,8 +291,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     // the barrier at compile time, code unchanged.) Measured without it where it is not needed:
     // turbo3 1.02-1.03x at 256K-1M, q8_0 K / turbo4 V 1.02x, head dim 256 q4_0 1.02x, q4_0 and
     // q8_0 at 32/8 heads 1.00-1.01x (bench/results/2026-12-03-h200-tile-sync-ab).
-    constexpr bool kTmaTypes = traits(KT).block_values > 1 && traits(VT).block_values > 1;
-    if (!kTmaTypes || !(p.tma_k && p.tma_v) || zero_filled) __syncthreads();
+    if (kFloatK || kFloatV || !(p.tma_k && p.tma_v) || zero_filled) __syncthreads();
 
     if (ti == 0) KVFLASH_TL(tl_cta, 3);
     const uint8_t* ks = kst;
