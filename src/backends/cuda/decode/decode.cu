@@ -3,7 +3,7 @@
 // candidate live in decode_host.cpp (plain C++).
 #include <cuda_runtime.h>
 
-#include "backends/cuda/decode/decode_kernel.cuh"
+#include "backends/cuda/decode/decode_launch.cuh"
 #include "backends/cuda/decode/decode_merge.cuh"
 
 namespace kvflash::cuda::decode {
