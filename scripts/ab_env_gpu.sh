@@ -26,33 +26,9 @@ cmake --build build/ab-a -j "$(nproc)" --target test_gpu_attention kvflash-parit
   > "$out/build_tests.txt" 2>&1 || { tail -30 "$out/build_tests.txt"; exit 1; }
 ok=1
 for i in "${!envs[@]}"; do
-  e=${envs[$i]}
-  echo "== $e" >> "$out/checks.txt"
-  env "$e" timeout 120 build/ab-a/tests/test_gpu_attention > "$out/tests_$i.txt" 2>&1
-  trc=$?
-  env "$e" timeout 150 build/ab-a/tools/parity/kvflash-parity --backend cuda > "$out/parity_$i.txt" 2>&1
-  prc=$?
-  {
-    tail -n 3 "$out/tests_$i.txt"
-    echo "tests rc=$trc"
-    tail -n 2 "$out/parity_$i.txt"
-    echo "parity rc=$prc"
-    grep -m5 FAIL "$out/parity_$i.txt"
-  } >> "$out/checks.txt" 2>&1
-  [ $trc -eq 0 ] && [ $prc -eq 0 ] || ok=0
-  [ "$i" -eq 0 ] && continue
-  env "$e" timeout 150 compute-sanitizer --tool memcheck build/ab-a/tests/test_gpu_attention \
-    --gtest_filter='Cases/CudaDecode.*:CudaGraph.*' > "$out/memcheck_$i.txt" 2>&1
-  echo "memcheck rc=$? $(grep "ERROR SUMMARY" "$out/memcheck_$i.txt" | tail -1)" >> "$out/checks.txt"
-  for r in $(seq "${AB_RACECHECK:-1}"); do
-    env "$e" KVFLASH_GPU_TEST_QUICK=1 timeout 200 compute-sanitizer --tool racecheck \
-      --error-exitcode 1 build/ab-a/tests/test_gpu_attention \
-      --gtest_filter='Cases/CudaDecode.*:CudaGraph.*' > "$out/racecheck_${i}_$r.txt" 2>&1
-    echo "racecheck $r rc=$? $(grep -E "RACECHECK SUMMARY" "$out/racecheck_${i}_$r.txt" | tail -1)" \
-      >> "$out/checks.txt"
-  done
+  # (the first variant without the sanitizers: usually HEAD's behaviour)
+  ab_gpu_checks "$out" build/ab-a "_$i" "$((i > 0))" "${AB_RACECHECK:-1}" "${envs[$i]}" || ok=0
 done
-cat "$out/checks.txt"
 [ $ok -eq 1 ] || { echo "tests or parity failed: no bench"; exit 2; }
 # One side's run: NAME ENV BIN (ENV "-" for none) with the flags after --, then with each of
 # AB_EXTRA's flag sets ('|'-separated, e.g. "-ctk q4_0 --head-dim 256 -d 131072|-ctk q8_0 -ctv

@@ -16,31 +16,9 @@ cmake -S . -B build/ab-a -DCMAKE_BUILD_TYPE=Release -DKVFLASH_CUDA=ON -DCMAKE_CU
   "${prefix_args[@]}" > /tmp/ab/cfg.txt 2>&1
 cmake --build build/ab-a -j "$(nproc)" --target test_gpu_attention kvflash-parity kvflash-bench \
   > /tmp/ab/build_tests.txt 2>&1 || { tail -30 /tmp/ab/build_tests.txt; exit 1; }
-timeout 90 build/ab-a/tests/test_gpu_attention > /tmp/ab/tests.txt 2>&1
-trc=$?
-echo "tests rc=$trc" | tee -a /tmp/ab/tests.txt
-tail -n 4 /tmp/ab/tests.txt
-timeout 150 build/ab-a/tools/parity/kvflash-parity --backend cuda > /tmp/ab/parity.txt 2>&1
-prc=$?
-echo "parity rc=$prc" | tee -a /tmp/ab/parity.txt
-tail -n 3 /tmp/ab/parity.txt
-grep -m5 FAIL /tmp/ab/parity.txt
-[ $trc -eq 0 ] && [ $prc -eq 0 ] || exit 2
-timeout 150 compute-sanitizer --tool memcheck build/ab-a/tests/test_gpu_attention \
-  --gtest_filter='Cases/CudaDecode.*:CudaGraph.*' > /tmp/ab/memcheck.txt 2>&1
-echo "memcheck rc=$?"
-grep "ERROR SUMMARY" /tmp/ab/memcheck.txt | tail -2
-# AB_RACECHECK=N: racecheck over the same tests too, N runs (for changes to barriers or shared
-# memory; one hazard has shown in one run of four: repeat it).
-for i in $(seq "${AB_RACECHECK:-0}"); do
-  rc_out=/tmp/ab/racecheck.txt
-  [ "$i" -gt 1 ] && rc_out=/tmp/ab/racecheck_$i.txt
-  KVFLASH_GPU_TEST_QUICK=1 timeout 200 compute-sanitizer --tool racecheck --error-exitcode 1 \
-    build/ab-a/tests/test_gpu_attention \
-    --gtest_filter='Cases/CudaDecode.*:CudaGraph.*' > "$rc_out" 2>&1
-  echo "racecheck $i rc=$?"
-  grep -E "RACECHECK SUMMARY|ERROR SUMMARY" "$rc_out" | tail -2
-done
+# shellcheck source=scripts/ab_trees.sh
+source scripts/ab_trees.sh
+ab_gpu_checks /tmp/ab build/ab-a "" 1 "${AB_RACECHECK:-0}" || exit 2
 timeout 330 scripts/ab_gpu.sh /tmp/ab x.patch -R 3 -- "$@" > /tmp/ab/stdout.txt 2>&1
 echo "ab rc=$?"
 cat /tmp/ab/ab.md
