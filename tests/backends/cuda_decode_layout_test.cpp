@@ -225,6 +225,32 @@ void check_v_frags(int32_t n, std::mt19937& rng) {
     }
 }
 
+// lookup4 over every selector of four codes: each half is the f16 of its code's centroid.
+template <KvType T>
+void check_lookup4() {
+  TurboLut<T> lut;
+  lut.init();
+  constexpr uint32_t kCodes = 1u << traits(T).code_bits;
+  for (uint32_t s = 0; s < 0x10000u; ++s) {
+    bool in_range = true;
+    for (int k = 0; k < 4; ++k) in_range = in_range && ((s >> (4 * k)) & 15u) < kCodes;
+    if (!in_range) continue;
+    const frag2 r = lut.lookup4(s);
+    const uint32_t halves[4] = {r.x & 0xffffu, r.x >> 16, r.y & 0xffffu, r.y >> 16};
+    for (int k = 0; k < 4; ++k) {
+      const int code = static_cast<int>((s >> (4 * k)) & 15u);
+      ASSERT_EQ(halves[k], fp32_to_fp16(turbo_centroids(T)[code]))
+          << to_string(T) << " selector " << s << " code " << k;
+    }
+  }
+}
+
+TEST(CudaDecodeFormats, TurboLookupGivesEveryCodesCentroid) {
+  check_lookup4<KvType::turbo2>();
+  check_lookup4<KvType::turbo3>();
+  check_lookup4<KvType::turbo4>();
+}
+
 TEST(CudaDecodeFormats, FragmentDecodersMatchTheRowReaders) {
   std::mt19937 rng(77);
   for (int trial = 0; trial < 8; ++trial)
