@@ -297,17 +297,15 @@ __device__ __forceinline__ uint32_t sign_word(int i) {
 
 // Finalizes one row (sinks, lse), in shared memory o[0..dvc), rotated back for turbo V by the
 // calling warp, and writes dv outputs. All 32 lanes of the warp call it.
-// live = false (the merge kernel's code-warming pass) runs the same code without a global load
-// or store.
 template <KvType VT>
 __device__ void finalize_row(const DecodeParams& p, float* o, float m, float l, int64_t out_row,
-                             int qhead, int lane, const uint32_t* sign_words, bool live = true) {
+                             int qhead, int lane, const uint32_t* sign_words) {
   if constexpr (is_rotated(VT)) {
     for (int g = 0; g < p.dvc; g += 128) inverse_rotate_group(o + g, lane, sign_words);
   }
   float w = 1.0f;
   if (p.has_sinks) {
-    const float sink = live ? p.sinks[qhead] : 0.0f;
+    const float sink = p.sinks[qhead];
     const float mm = fmaxf(m, sink);
     w = m == kNegInf ? 0.0f : exp2f((m - mm) * kLog2e);
     l = l * w + exp2f((sink - mm) * kLog2e);
@@ -315,9 +313,8 @@ __device__ void finalize_row(const DecodeParams& p, float* o, float m, float l, 
   }
   const float inv = l == 0.0f ? 0.0f : w / l;
   float* out = p.out + out_row * p.dv;
-  for (int d = lane; d < p.dv; d += 32)
-    if (live) out[d] = o[d] * inv;
-  if (live && p.lse != nullptr && lane == 0) p.lse[out_row] = l == 0.0f ? kNegInf : m + logf(l);
+  for (int d = lane; d < p.dv; d += 32) out[d] = o[d] * inv;
+  if (p.lse != nullptr && lane == 0) p.lse[out_row] = l == 0.0f ? kNegInf : m + logf(l);
 }
 
 // The prologue's Q work, after Q's rows have been staged (as f32) in `qs`: rotated for turbo K,

@@ -48,104 +48,92 @@ __global__ void __launch_bounds__(32 * W) decode_merge_kernel(const DecodeParams
   // next layer's decode grid) may launch now and wait in its own griddepcontrol.wait for this
   // grid to complete.
   asm volatile("griddepcontrol.launch_dependents;");
-  // Two passes over the same code. The first, while the decode grid still runs, loads and stores
-  // nothing global: it only brings this kernel's ~22 KB of code into the SM's instruction caches,
-  // which the decode kernel's code has evicted (cold code streamed at ~23 KB/us per SM in
-  // scripts/icache_probe.cu; the merge took 2-3 us after its release, little of it memory). The
-  // second waits until the decode grid has completed and its partial states are visible, and
-  // merges. (`live` is opaque to the compiler, so that both passes run one copy of the code.)
-#pragma unroll 1
-  for (int pass = 0; pass < 2; ++pass) {
-    const bool live = opaque_u32(static_cast<uint32_t>(pass)) != 0u;
-    __syncthreads();  // the first pass's shared-memory use is over
-    if (live) {
-      asm volatile("griddepcontrol.wait;" ::: "memory");
-      KVFLASH_TL(tl_cta, 1);
-    }
-    const int n_live = live ? p.n_splits : 0;
+  // (No code-warming pass before the wait: running the merge's code once with its global
+  // accesses off while the decode grid finished (6769673) made single 4K calls 1-2% faster but a
+  // 32-layer decode step at 4K 9-10% slower, bench/results/2026-12-03-h200-loop-bisect.)
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  KVFLASH_TL(tl_cta, 1);
 
-    float m_w = kNegInf, l_w = 0.0f;
-    float4 acc[4];
+  float m_w = kNegInf, l_w = 0.0f;
+  float4 acc[4];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
-    // (the first pass runs one round of the loop with every load off)
-    for (int s0 = warp; s0 < p.n_splits && (live || s0 == warp); s0 += n_warps * kBatch) {
-      float ms[kBatch], ls[kBatch];
-      float4 v[4][kBatch];
+  for (int k = 0; k < 4; ++k) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int s0 = warp; s0 < p.n_splits; s0 += n_warps * kBatch) {
+    float ms[kBatch], ls[kBatch];
+    float4 v[4][kBatch];
 #pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int s = s0 + b * n_warps;
-        const bool ok = s < n_live;
-        ms[b] = ok ? ml[s * ml_stride] : kNegInf;
-        ls[b] = ok ? ml[s * ml_stride + 1] : 0.0f;
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const int d4 = lane + 32 * k;
-          v[k][b] = ok && d4 < nv4 ? reinterpret_cast<const float4*>(po + s * o_stride)[d4]
-                                   : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-      }
-      float m_new = m_w;
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) m_new = fmaxf(m_new, ms[b]);
-      const float ref = m_new == kNegInf ? 0.0f : m_new;
-      const float keep = exp2f((m_w - ref) * kLog2e);  // m_w = -inf gives 0
-      float w[kBatch];
-      l_w *= keep;
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        w[b] = ms[b] == kNegInf ? 0.0f : exp2f((ms[b] - ref) * kLog2e);
-        l_w += ls[b] * w[b];
-      }
+    for (int b = 0; b < kBatch; ++b) {
+      const int s = s0 + b * n_warps;
+      const bool ok = s < p.n_splits;
+      ms[b] = ok ? ml[s * ml_stride] : kNegInf;
+      ls[b] = ok ? ml[s * ml_stride + 1] : 0.0f;
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        float4 a = make_float4(acc[k].x * keep, acc[k].y * keep, acc[k].z * keep, acc[k].w * keep);
-#pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-          a.x += v[k][b].x * w[b];
-          a.y += v[k][b].y * w[b];
-          a.z += v[k][b].z * w[b];
-          a.w += v[k][b].w * w[b];
-        }
-        acc[k] = a;
+        const int d4 = lane + 32 * k;
+        v[k][b] = ok && d4 < nv4 ? reinterpret_cast<const float4*>(po + s * o_stride)[d4]
+                                 : make_float4(0.f, 0.f, 0.f, 0.f);
       }
-      m_w = m_new;
     }
-    if (lane == 0) {
-      warp_m[warp] = m_w;
-      warp_l[warp] = l_w;
-    }
-    __syncthreads();
-    float mx = kNegInf;
+    float m_new = m_w;
 #pragma unroll
-    for (int i = 0; i < n_warps; ++i) mx = fmaxf(mx, warp_m[i]);
-    const float ref = mx == kNegInf ? 0.0f : mx;
-    const float f = exp2f((m_w - ref) * kLog2e);  // this warp's weight (0 when it saw nothing)
-    float* red = reinterpret_cast<float*>(smem);  // [n_warps][dvc]
+    for (int b = 0; b < kBatch; ++b) m_new = fmaxf(m_new, ms[b]);
+    const float ref = m_new == kNegInf ? 0.0f : m_new;
+    const float keep = exp2f((m_w - ref) * kLog2e);  // m_w = -inf gives 0
+    float w[kBatch];
+    l_w *= keep;
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      w[b] = ms[b] == kNegInf ? 0.0f : exp2f((ms[b] - ref) * kLog2e);
+      l_w += ls[b] * w[b];
+    }
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const int d4 = lane + 32 * k;
-      if (d4 < nv4)
-        reinterpret_cast<float4*>(red + warp * p.dvc)[d4] =
-            make_float4(acc[k].x * f, acc[k].y * f, acc[k].z * f, acc[k].w * f);
-    }
-    __syncthreads();
-    for (int d = tid; d < p.dvc; d += 32 * W) {
-      float sum = 0.0f;
+      float4 a = make_float4(acc[k].x * keep, acc[k].y * keep, acc[k].z * keep, acc[k].w * keep);
 #pragma unroll
-      for (int i = 0; i < n_warps; ++i) sum += red[i * p.dvc + d];
-      red[d] = sum;
+      for (int b = 0; b < kBatch; ++b) {
+        a.x += v[k][b].x * w[b];
+        a.y += v[k][b].y * w[b];
+        a.z += v[k][b].z * w[b];
+        a.w += v[k][b].w * w[b];
+      }
+      acc[k] = a;
     }
-    __syncthreads();
-    if (warp == 0) {
-      float l = 0.0f;
+    m_w = m_new;
+  }
+  if (lane == 0) {
+    warp_m[warp] = m_w;
+    warp_l[warp] = l_w;
+  }
+  __syncthreads();
+  float mx = kNegInf;
 #pragma unroll
-      for (int i = 0; i < n_warps; ++i) l += warp_l[i] * exp2f((warp_m[i] - ref) * kLog2e);
-      const int tok = fdiv(r, p.div_group), qh = kvh * p.group + r - tok * p.group;
-      const int64_t out_row = (int64_t{seq} * p.n_q_tokens + tok) * p.n_q_heads + qh;
-      finalize_row<VT>(p, red, mx, l, out_row, qh, lane, sign_words, live);
-      if (live) KVFLASH_TL(tl_cta, 2);
-    }
+  for (int i = 0; i < n_warps; ++i) mx = fmaxf(mx, warp_m[i]);
+  const float ref = mx == kNegInf ? 0.0f : mx;
+  const float f = exp2f((m_w - ref) * kLog2e);  // this warp's weight (0 when it saw nothing)
+  float* red = reinterpret_cast<float*>(smem);  // [n_warps][dvc]
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int d4 = lane + 32 * k;
+    if (d4 < nv4)
+      reinterpret_cast<float4*>(red + warp * p.dvc)[d4] =
+          make_float4(acc[k].x * f, acc[k].y * f, acc[k].z * f, acc[k].w * f);
+  }
+  __syncthreads();
+  for (int d = tid; d < p.dvc; d += 32 * W) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < n_warps; ++i) sum += red[i * p.dvc + d];
+    red[d] = sum;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    float l = 0.0f;
+#pragma unroll
+    for (int i = 0; i < n_warps; ++i) l += warp_l[i] * exp2f((warp_m[i] - ref) * kLog2e);
+    const int tok = fdiv(r, p.div_group), qh = kvh * p.group + r - tok * p.group;
+    const int64_t out_row = (int64_t{seq} * p.n_q_tokens + tok) * p.n_q_heads + qh;
+    finalize_row<VT>(p, red, mx, l, out_row, qh, lane, sign_words);
+    KVFLASH_TL(tl_cta, 2);
   }
 }
 
