@@ -297,8 +297,8 @@ struct TurboLut {
       // below 8 (the sign bit ORed into the high byte). Two table lookups and the sign's byte
       // permute where both halves of the table took four lookups and a byte mask: 10 operations
       // per four codes instead of 12, and four table registers instead of eight.
-      const uint32_t up = (s >> 3) & 0x1111u;            // per code: 1 from code 8 up
-      const uint32_t j = ~(s ^ (up * 7u)) & 0x7777u;     // one LOP3
+      const uint32_t up = (s >> 3) & 0x1111u;         // per code: 1 from code 8 up
+      const uint32_t j = ~(s ^ (up * 7u)) & 0x7777u;  // one LOP3
       l = byte_perm(lo[0], lo[1], j);
       h = byte_perm(hi[0], hi[1], j) | byte_perm(0x80u, 0u, up);  // 0x80 below code 8
     }
