@@ -14,26 +14,28 @@ while [ $# -gt 0 ] && [ "$1" != -- ]; do
   revs+=("$rev"); patches+=("$(realpath "$1")"); shift
 done
 [ "${1:-}" = -- ] && shift
-[ ${#patches[@]} -gt 0 ] || { echo "usage: $0 OUTDIR ROUNDS [-R] PATCH ... -- loop flags" >&2; exit 2; }
+[ ${#patches[@]} -gt 0 ] ||
+  { echo "usage: $0 OUTDIR ROUNDS [-R] PATCH ... -- loop flags" >&2; exit 2; }
 mkdir -p "$out"; out=$(realpath "$out")
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=scripts/gpu_deps.sh
 source scripts/gpu_deps.sh || exit 1
+# shellcheck source=scripts/ab_trees.sh
+source scripts/ab_trees.sh
 n_trees=$((${#patches[@]} + 1))
 jobs=$(( $(nproc) / n_trees > 0 ? $(nproc) / n_trees : 1 ))
 tags=(a); builds=("$PWD/build/ab-a")
 for i in "${!patches[@]}"; do
   tag=b$((i + 1)); dir=/tmp/ab-$tag
-  rm -rf "$dir" && mkdir -p "$dir" && tar cf - --exclude=./build --exclude=./.git . | tar xf - -C "$dir"
   rev=${revs[$i]}; p=${patches[$i]}
-  (cd "$dir" && patch -p1 $rev < "$p") > "$out/patch_$tag.txt" 2>&1 ||
-    { echo "patch $p failed"; tail "$out/patch_$tag.txt"; exit 1; }
+  ab_copy_tree "$dir" "$p" "$out/patch_$tag.txt" $rev || exit 1
   echo "$tag: $rev $(basename "$p")" | tee -a "$out/variants.txt"
   tags+=("$tag"); dirs+=("$dir"); builds+=("$dir/build/ab-$tag")
 done
 b() {  # src, build dir, tag, targets
   cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release -DKVFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-    "${prefix_args[@]}" > "$out/cfg_$3.txt" 2>&1 && cmake --build "$2" -j "$jobs" --target $4 > "$out/build_$3.txt" 2>&1
+    "${prefix_args[@]}" > "$out/cfg_$3.txt" 2>&1 &&
+    cmake --build "$2" -j "$jobs" --target $4 > "$out/build_$3.txt" 2>&1
 }
 pids=()
 for i in "${!tags[@]}"; do
@@ -41,9 +43,11 @@ for i in "${!tags[@]}"; do
   b "${dirs[$i]}" "${builds[$i]}" "${tags[$i]}" "$targets" & pids+=($!)
 done
 for i in "${!pids[@]}"; do
-  wait "${pids[$i]}" || { echo "build ${tags[$i]} failed"; tail -20 "$out/build_${tags[$i]}.txt"; exit 1; }
+  wait "${pids[$i]}" ||
+    { echo "build ${tags[$i]} failed"; tail -20 "$out/build_${tags[$i]}.txt"; exit 1; }
 done
-timeout 150 "${builds[0]}/tests/test_gpu_attention" > "$out/tests_a.txt" 2>&1; tail -3 "$out/tests_a.txt"
+timeout 150 "${builds[0]}/tests/test_gpu_attention" > "$out/tests_a.txt" 2>&1
+tail -3 "$out/tests_a.txt"
 for r in $(seq "$rounds"); do
   for i in "${!tags[@]}"; do
     v=${tags[$i]}

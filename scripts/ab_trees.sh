@@ -1,18 +1,27 @@
 # shellcheck shell=bash
-# Sourced by the GPU A/B scripts (ab_gpu.sh, ab_gpu_checked.sh, ab_env_gpu.sh, profile_ab_gpu.sh)
-# from the repository root, after scripts/gpu_deps.sh (prefix_args): ab_build_trees OUT PATCH TAG [-R] copies this tree (no
-# build/, no .git) to /tmp/TAG-b, applies PATCH there (-R: reverse-applies it), and builds
-# kvflash-bench of both trees in parallel, half the cores each: build/TAG-a (this tree, A) and
-# /tmp/TAG-b/build/TAG-b (B); logs in OUT (patch.txt, build_TAG-a.txt, build_TAG-b.txt). Sets
-# bench_a and bench_b; returns 1, saying which step failed, on a failure.
+# Sourced by the GPU A/B scripts (ab_gpu.sh, ab_gpu_checked.sh, ab_env_gpu.sh, ab_loop_gpu.sh,
+# profile_ab_gpu.sh) from the repository root, after scripts/gpu_deps.sh (prefix_args).
+
+# ab_copy_tree DIR PATCH LOG [-R]: this tree (no build/, no .git) copied to DIR, PATCH applied
+# there (-R: reverse-applied), patch's output in LOG; returns 1, saying so, if it does not apply.
+ab_copy_tree() {
+  local dir=$1 patch=$2 log=$3
+  shift 3
+  [[ $patch == /* ]] || patch=$PWD/$patch
+  rm -rf "$dir" && mkdir -p "$dir" &&
+    tar cf - --exclude=./build --exclude=./.git . | tar xf - -C "$dir"
+  (cd "$dir" && patch -p1 "$@" < "$patch") > "$log" 2>&1 ||
+    { echo "patch $patch failed"; cat "$log"; return 1; }
+}
+
+# ab_build_trees OUT PATCH TAG [-R]: ab_copy_tree to /tmp/TAG-b, then kvflash-bench of both trees
+# built in parallel, half the cores each: build/TAG-a (this tree, A) and /tmp/TAG-b/build/TAG-b
+# (B); logs in OUT (patch.txt, build_TAG-a.txt, build_TAG-b.txt). Sets bench_a and bench_b;
+# returns 1, saying which step failed, on a failure.
 ab_build_trees() {
   local out=$1 patch=$2 tag=$3
   shift 3
-  [[ $patch == /* ]] || patch=$PWD/$patch
-  rm -rf "/tmp/$tag-b" && mkdir -p "/tmp/$tag-b" &&
-    tar cf - --exclude=./build --exclude=./.git . | tar xf - -C "/tmp/$tag-b"
-  (cd "/tmp/$tag-b" && patch -p1 "$@" < "$patch") > "$out/patch.txt" 2>&1 ||
-    { echo "patch failed"; cat "$out/patch.txt"; return 1; }
+  ab_copy_tree "/tmp/$tag-b" "$patch" "$out/patch.txt" "$@" || return 1
   local jobs
   jobs=$(nproc)
   ab_build_one() {  # src dir, build dir

@@ -49,8 +49,8 @@ __global__ void __launch_bounds__(32 * W) decode_merge_kernel(const DecodeParams
   // grid to complete.
   asm volatile("griddepcontrol.launch_dependents;");
   // (No code-warming pass before the wait: running the merge's code once with its global
-  // accesses off while the decode grid finished (6769673) made single 4K calls 1-2% faster but a
-  // 32-layer decode step at 4K 9-10% slower, bench/results/2026-12-03-h200-loop-bisect.)
+  // accesses off while the decode grid finished (6769673) made isolated 4K calls 5-7% faster but
+  // a 32-layer decode step at 4K 6-10% slower, bench/results/2026-12-03-h200-loop-bisect.)
   asm volatile("griddepcontrol.wait;" ::: "memory");
   KVFLASH_TL(tl_cta, 1);
 
