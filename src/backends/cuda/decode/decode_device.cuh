@@ -323,13 +323,17 @@ __device__ void finalize_row(const DecodeParams& p, float* o, float m, float l, 
 template <KvType KT, int NR>
 __device__ __forceinline__ void pack_q_fragments(const DecodeParams& p, float* qs, uint4* q_frag,
                                                  float* qc, uint8_t* stage_base, int tid, int lane,
-                                                 int warp, const uint32_t* sign_words) {
+                                                 int warp, const uint32_t* sign_words,
+                                                 int rows_here) {
   constexpr bool kBfK = KT == KvType::bf16;
   // Q rows (rotated for turbo K) as f32, then scaled and packed into fragments.
   cp_async_wait<1>();  // Q's group: tile 0 may still be in flight
   __syncthreads();
   if constexpr (is_rotated(KT)) {
-    const int groups = p.row_block * (p.dkc / 128);
+    // Only the rows that are there: the others are zero, and so are their rotations (one token
+    // of GQA 4 stages 16 rows, 4 of them real). turbo3 K at 4K tokens 1.05-1.17x, 32K 1.01-1.07x
+    // (bench/results/2026-12-03-h200-bmma-k, section 3).
+    const int groups = rows_here * (p.dkc / 128);
     for (int gi = warp; gi < groups; gi += kWarps)
       forward_rotate_group(qs + gi * 128, lane, sign_words);
     __syncthreads();

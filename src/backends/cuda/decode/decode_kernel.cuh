@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   if (n_tiles > 0) issue_tile(p, k_lo, 0);
   KVFLASH_TL(tl_cta, 2);
   cp_async_commit();
-  pack_q_fragments<KT, NR>(p, qs, q_frag, qc, stage_base, tid, lane, warp, sign_words);
+  pack_q_fragments<KT, NR>(p, qs, q_frag, qc, stage_base, tid, lane, warp, sign_words, rows_here);
   // Tiles 1 .. n_stages - 2 follow tile 0 into their stages (one commit group per tile, empty
   // groups past the end, so the wait counts below hold).
   for (int st = 1; st < p.n_stages - 1; ++st) {
