@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # EXPERIMENT (one device call): does the decode kernel read the 32-byte sectors that adjacent KV
 # heads' rows share twice from DRAM, and do TMA's L2 promotion or clusters of CTAs in lockstep
-# change that? Variants are "PROMO:CLUSTER" (KVFLASH_X_PROMO, KVFLASH_X_CLUSTER). Builds this
-# tree, runs the GPU tests under the largest cluster variant, Nsight Compute's DRAM bytes of
-# each variant at 1M tokens, then alternating bench rounds until the deadline.
-#   scripts/x_l2_gpu.sh OUT "256:1 0:1 256:4 256:8" ROUNDS -- BENCH FLAGS
+# change that? Needs the knobs of x-knobs.patch (beside this script) applied to the tree first.
+# Variants are "PROMO:CLUSTER[:SPLITS]" (KVFLASH_X_PROMO, KVFLASH_X_CLUSTER, KVFLASH_X_SPLITS).
+# Builds the tree, runs the GPU tests under the last variant, Nsight Compute's DRAM bytes of each
+# variant at the X_NCU_POINTS (default q8_0 and q4_0 at 1M), then alternating bench rounds until
+# X_DEADLINE seconds (default 500).
+#   bench/results/2026-12-03-h200-l2-sectors/exp_run.sh OUT "256:1 0:1 256:8" ROUNDS -- FLAGS
 set -u
 out=${1:?out}
 read -r -a vars <<< "${2:?variants}"
 rounds=${3:?rounds}
 shift 3
 [ "${1:-}" = "--" ] && shift
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../../.." || exit 1  # the repository root
 mkdir -p "$out"
 source scripts/gpu_deps.sh || exit 1
 cmake -S . -B build/x -DCMAKE_BUILD_TYPE=Release -DKVFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
