@@ -7,6 +7,7 @@
 # the first, and, if all of that passed, ROUNDS rounds of kvflash-bench: B, then A under each
 # variant, in turns. Writes OUT/checks.txt, the CSVs and OUT/variants.md (medians over the rounds
 # of the per-run medians; B/A > 1: the variant is faster than HEAD).
+# AB_CHECKS=first runs the sanitizers under the first variant only.
 #   AB_ENVS="X=0 X=1 X=2" [AB_EXTRA="FLAGS|FLAGS"] scripts/ab_env_gpu.sh OUT ROUNDS -- FLAGS...
 set -u
 out=${1:?usage: AB_ENVS="..." scripts/ab_env_gpu.sh OUT ROUNDS -- BENCH FLAGS}
@@ -26,6 +27,12 @@ cmake --build build/ab-a -j "$(nproc)" --target test_gpu_attention kvflash-parit
   > "$out/build_tests.txt" 2>&1 || { tail -30 "$out/build_tests.txt"; exit 1; }
 ok=1
 for i in "${!envs[@]}"; do
+  if [ "${AB_CHECKS:-all}" = first ]; then
+    # (AB_CHECKS=first: the sanitizers under the first variant only, for variants that differ
+    # in a number rather than in code paths)
+    ab_gpu_checks "$out" build/ab-a "_$i" "$((i == 0))" "${AB_RACECHECK:-1}" "${envs[$i]}" || ok=0
+    continue
+  fi
   # (the first variant without the sanitizers: usually HEAD's behaviour)
   ab_gpu_checks "$out" build/ab-a "_$i" "$((i > 0))" "${AB_RACECHECK:-1}" "${envs[$i]}" || ok=0
 done
