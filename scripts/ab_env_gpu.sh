@@ -27,14 +27,11 @@ cmake --build build/ab-a -j "$(nproc)" --target test_gpu_attention kvflash-parit
   > "$out/build_tests.txt" 2>&1 || { tail -30 "$out/build_tests.txt"; exit 1; }
 ok=1
 for i in "${!envs[@]}"; do
-  if [ "${AB_CHECKS:-all}" = first ]; then
-    # (AB_CHECKS=first: the sanitizers under the first variant only, for variants that differ
-    # in a number rather than in code paths)
-    ab_gpu_checks "$out" build/ab-a "_$i" "$((i == 0))" "${AB_RACECHECK:-1}" "${envs[$i]}" || ok=0
-    continue
-  fi
-  # (the first variant without the sanitizers: usually HEAD's behaviour)
-  ab_gpu_checks "$out" build/ab-a "_$i" "$((i > 0))" "${AB_RACECHECK:-1}" "${envs[$i]}" || ok=0
+  # The sanitizers under every variant but the first (usually HEAD's behaviour); AB_CHECKS=first:
+  # under the first only (variants that differ in a number rather than in code paths).
+  san=$((i > 0))
+  [ "${AB_CHECKS:-all}" = first ] && san=$((i == 0))
+  ab_gpu_checks "$out" build/ab-a "_$i" "$san" "${AB_RACECHECK:-1}" "${envs[$i]}" || ok=0
 done
 [ $ok -eq 1 ] || { echo "tests or parity failed: no bench"; exit 2; }
 # One side's run: NAME ENV BIN (ENV "-" for none) with the flags after --, then with each of
