@@ -143,9 +143,14 @@ Expected<LoopReport> run_loop(const LoopConfig& cfg) {
   rep.device_taken = before->free - after->free;
   rep.pool_capacity = pool->capacity();
 
+  // The bytes skipped to align each block (the memory report's "pool alignment", with what is
+  // left above the last block).
+  size_t align_gaps = 0;
   auto take = [&](size_t bytes) -> Expected<uint8_t*> {
+    const size_t used_before = pool->used();
     Expected<void*> p = pool->allocate(std::max<size_t>(bytes, 1), kAlign);
     if (!p) return p.error();
+    align_gaps += pool->used() - std::max<size_t>(bytes, 1) - used_before;
     return static_cast<uint8_t*>(*p);
   };
   for (Layer& L : layers) {
@@ -173,7 +178,7 @@ Expected<LoopReport> run_loop(const LoopConfig& cfg) {
       fmt::format("{} layers x {} tokens x {} KV heads", n_layers, capacity, m.kv_heads));
   rep.memory.add("workspace", ws_bytes, "one, shared by the layers (one stream)");
   rep.memory.add("q, out, lengths", q_bytes + out_bytes + sizeof(int64_t));
-  rep.memory.add("pool alignment", pool->capacity() - pool->used(),
+  rep.memory.add("pool alignment", align_gaps + (pool->capacity() - pool->used()),
                  fmt::format("each allocation aligned to {} B; pool high water {}", kAlign,
                              format_bytes(pool->high_water())));
 
