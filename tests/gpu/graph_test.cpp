@@ -84,5 +84,82 @@ TEST(CudaGraph, OneCaptureServesEveryLength) {
   }
 }
 
+// The workspace is scratch: a pool hands the same bytes to other kernels between calls, so no
+// contents of it may change a result (a kernel that kept state there, say split counters, would
+// need it zeroed or tagged). Back-to-back runs over the same workspace, a workspace of zeros and
+// one of 0xFF bytes, and one that another problem's runs used in between, all give bit for bit
+// the first run's output.
+TEST(CudaGraph, AnyWorkspaceContentsGiveTheSameResult) {
+  KVFLASH_REQUIRE_GPU();
+  AttentionProblem p;
+  p.n_seqs = 2;
+  p.n_q_tokens = 1;
+  p.n_q_heads = 8;
+  p.n_kv_heads = 2;
+  p.head_dim = {128, 128};
+  p.k_type = KvType::q4_0;
+  p.v_type = KvType::q8_0;
+  p.kv_capacity = 5000;
+  AttentionProblem other = p;
+  other.k_type = other.v_type = KvType::f16;
+  other.n_q_heads = 16;  // GQA 8
+  const Expected<Plan> pl = plan_cuda(p);
+  const Expected<Plan> pl_other = plan_cuda(other);
+  if ((!pl && pl.error().code == ErrorCode::unsupported) ||
+      (!pl_other && pl_other.error().code == ErrorCode::unsupported))
+    GTEST_SKIP() << "no CUDA candidate for the problems";
+  ASSERT_TRUE(pl.ok()) << pl.error().message;
+  ASSERT_TRUE(pl_other.ok()) << pl_other.error().message;
+  ASSERT_GT(pl->n_splits, 1) << "the case must split its keys";
+
+  const HostInputs in = make_inputs(p, {5000, 3001}, 11);
+  const HostInputs in_other = make_inputs(other, {4999, 77}, 12);
+  gpu::Stream stream;
+  KVFLASH_ASSIGN_OR_FAIL(stream, gpu::Stream::create());
+  void* const s = stream.handle();
+  DeviceInputs dev, dev_other;
+  KVFLASH_ASSIGN_OR_FAIL(dev, stage(in, s));
+  KVFLASH_ASSIGN_OR_FAIL(dev_other, stage(in_other, s));
+  // One workspace for both problems, as a pool would hand it out.
+  Plan big = *pl;
+  big.workspace_bytes = std::max(pl->workspace_bytes, pl_other->workspace_bytes);
+  DeviceOutputs o, o_other;
+  KVFLASH_ASSIGN_OR_FAIL(o, allocate_outputs(big, s));
+  KVFLASH_ASSIGN_OR_FAIL(o_other, allocate_outputs(*pl_other, s));
+  const AttentionTensors t = with_outputs(dev.tensors, o);
+  const AttentionTensors t_other = with_outputs(dev_other.tensors, o_other);
+  void* const ws = o.workspace.data();
+
+  KVFLASH_ASSERT_OK(run(*pl, t, ws, s));
+  HostOutputs first;
+  KVFLASH_ASSIGN_OR_FAIL(first, read_outputs(o, stream));
+  Reference ref;
+  KVFLASH_ASSIGN_OR_FAIL(ref, reference(in));
+  const Comparison cmp = compare(p, first, ref);
+  EXPECT_EQ(cmp.non_finite, 0) << cmp.summary();
+  EXPECT_LE(cmp.nmse, kNmseBound) << cmp.summary();
+
+  const auto again = [&](const char* what, auto&& before) {
+    SCOPED_TRACE(what);
+    KVFLASH_ASSERT_OK(o.out.poison(s));
+    KVFLASH_ASSERT_OK(o.lse.poison(s));
+    before();
+    KVFLASH_ASSERT_OK(run(*pl, t, ws, s));
+    HostOutputs got;
+    KVFLASH_ASSIGN_OR_FAIL(got, read_outputs(o, stream));
+    KVFLASH_ASSERT_OK(gpu::last_error());
+    EXPECT_EQ(bitwise_difference(got, first), "");
+  };
+  for (int i = 0; i < 3; ++i) again("back to back", [] {});
+  again("zeroed", [&] { KVFLASH_ASSERT_OK(gpu::fill(ws, 0x00, big.workspace_bytes, s)); });
+  again("0xFF bytes", [&] { KVFLASH_ASSERT_OK(gpu::fill(ws, 0xFF, big.workspace_bytes, s)); });
+  again("another problem's runs in between", [&] {
+    for (int i = 0; i < 2; ++i) KVFLASH_ASSERT_OK(run(*pl_other, t_other, ws, s));
+  });
+  std::string guards;
+  KVFLASH_ASSIGN_OR_FAIL(guards, o.check_guards(stream));
+  EXPECT_EQ(guards, "");
+}
+
 }  // namespace
 }  // namespace kvflash::gputest
