@@ -14,17 +14,23 @@ namespace {
 constexpr double kNmseBound = 1e-5;
 constexpr int64_t kCapacity = 40000;
 
-TEST(CudaGraph, OneCaptureServesEveryLength) {
-  KVFLASH_REQUIRE_GPU();
+// Two sequences, one query token, 8 query heads over 2 KV heads (GQA 4), head dim 128.
+AttentionProblem one_token_problem(KvType k, KvType v, int64_t capacity) {
   AttentionProblem p;
   p.n_seqs = 2;
   p.n_q_tokens = 1;
   p.n_q_heads = 8;
   p.n_kv_heads = 2;
   p.head_dim = {128, 128};
-  p.k_type = KvType::q8_0;
-  p.v_type = KvType::q8_0;
-  p.kv_capacity = kCapacity;
+  p.k_type = k;
+  p.v_type = v;
+  p.kv_capacity = capacity;
+  return p;
+}
+
+TEST(CudaGraph, OneCaptureServesEveryLength) {
+  KVFLASH_REQUIRE_GPU();
+  const AttentionProblem p = one_token_problem(KvType::q8_0, KvType::q8_0, kCapacity);
   const Expected<Plan> pl = plan_cuda(p);
   if (!pl && pl.error().code == ErrorCode::unsupported)
     GTEST_SKIP() << "no CUDA candidate accepts " << describe(p) << ": "
@@ -91,17 +97,8 @@ TEST(CudaGraph, OneCaptureServesEveryLength) {
 // the first run's output.
 TEST(CudaGraph, AnyWorkspaceContentsGiveTheSameResult) {
   KVFLASH_REQUIRE_GPU();
-  AttentionProblem p;
-  p.n_seqs = 2;
-  p.n_q_tokens = 1;
-  p.n_q_heads = 8;
-  p.n_kv_heads = 2;
-  p.head_dim = {128, 128};
-  p.k_type = KvType::q4_0;
-  p.v_type = KvType::q8_0;
-  p.kv_capacity = 5000;
-  AttentionProblem other = p;
-  other.k_type = other.v_type = KvType::f16;
+  const AttentionProblem p = one_token_problem(KvType::q4_0, KvType::q8_0, 5000);
+  AttentionProblem other = one_token_problem(KvType::f16, KvType::f16, 5000);
   other.n_q_heads = 16;  // GQA 8
   const Expected<Plan> pl = plan_cuda(p);
   const Expected<Plan> pl_other = plan_cuda(other);
