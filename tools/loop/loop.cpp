@@ -147,10 +147,10 @@ Expected<LoopReport> run_loop(const LoopConfig& cfg) {
   // left above the last block).
   size_t align_gaps = 0;
   auto take = [&](size_t bytes) -> Expected<uint8_t*> {
-    const size_t used_before = pool->used();
-    Expected<void*> p = pool->allocate(std::max<size_t>(bytes, 1), kAlign);
+    const size_t n = std::max<size_t>(bytes, 1), used_before = pool->used();
+    Expected<void*> p = pool->allocate(n, kAlign);
     if (!p) return p.error();
-    align_gaps += pool->used() - std::max<size_t>(bytes, 1) - used_before;
+    align_gaps += pool->used() - n - used_before;
     return static_cast<uint8_t*>(*p);
   };
   for (Layer& L : layers) {
