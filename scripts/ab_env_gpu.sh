@@ -7,7 +7,9 @@
 # the first, and, if all of that passed, ROUNDS rounds of kvflash-bench: B, then A under each
 # variant, in turns. Writes OUT/checks.txt, the CSVs and OUT/variants.md (medians over the rounds
 # of the per-run medians; B/A > 1: the variant is faster than HEAD).
-# AB_CHECKS=first runs the sanitizers under the first variant only.
+# AB_CHECKS=first runs the sanitizers under the first variant only. AB_PREBUILT=DIR (a carried
+# folder from scripts/ab_prebuild.sh) takes both trees' binaries from DIR instead of building them
+# here: the build is most of an A/B call's device time.
 #   AB_ENVS="X=0 X=1 X=2" [AB_EXTRA="FLAGS|FLAGS"] scripts/ab_env_gpu.sh OUT ROUNDS -- FLAGS...
 set -u
 out=${1:?usage: AB_ENVS="..." scripts/ab_env_gpu.sh OUT ROUNDS -- BENCH FLAGS}
@@ -21,10 +23,17 @@ mkdir -p "$out"
 source scripts/gpu_deps.sh || exit 1
 # shellcheck source=scripts/ab_trees.sh
 source scripts/ab_trees.sh
-# B's kvflash-bench and A's kvflash-bench in parallel, then A's tests and parity.
-ab_build_trees "$out" x.patch ab -R || exit 1
-cmake --build build/ab-a -j "$(nproc)" --target test_gpu_attention kvflash-parity \
-  > "$out/build_tests.txt" 2>&1 || { tail -30 "$out/build_tests.txt"; exit 1; }
+if [ -n "${AB_PREBUILT:-}" ]; then
+  # Binaries built on the CPU machine (scripts/ab_prebuild.sh): no build here.
+  ab_unpack_prebuilt "$AB_PREBUILT" build/ab-a || exit 1
+  bench_a=build/ab-a/tools/bench/kvflash-bench
+  bench_b=build/ab-a/bench-b/kvflash-bench
+else
+  # B's kvflash-bench and A's kvflash-bench in parallel, then A's tests and parity.
+  ab_build_trees "$out" x.patch ab -R || exit 1
+  cmake --build build/ab-a -j "$(nproc)" --target test_gpu_attention kvflash-parity \
+    > "$out/build_tests.txt" 2>&1 || { tail -30 "$out/build_tests.txt"; exit 1; }
+fi
 ok=1
 for i in "${!envs[@]}"; do
   # The sanitizers under every variant but the first (usually HEAD's behaviour); AB_CHECKS=first:

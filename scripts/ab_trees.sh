@@ -80,3 +80,26 @@ ab_gpu_checks() {
   } | tee -a "$out/checks.txt"
   return 0
 }
+
+# ab_unpack_prebuilt DIR BUILD: the binaries scripts/ab_prebuild.sh packed into DIR (xz) unpacked
+# into BUILD, where ab_gpu_checks and the bench runs look for them: BUILD/tools/bench/kvflash-bench
+# (A), BUILD/bench-b/kvflash-bench (B), BUILD/tests/test_gpu_attention and
+# BUILD/tools/parity/kvflash-parity (A). Returns 1, saying which, if one is missing.
+ab_unpack_prebuilt() {
+  local dir=$1 build=$2 name dest
+  for name in kvflash-bench:tools/bench kvflash-bench-b:bench-b test_gpu_attention:tests \
+    kvflash-parity:tools/parity; do
+    dest=$build/${name#*:}
+    mkdir -p "$dest"
+    [ -f "$dir/${name%%:*}.xz" ] || { echo "prebuilt: no $dir/${name%%:*}.xz"; return 1; }
+    local bin=$dest/${name%%:*}
+    bin=${bin%-b}
+    if command -v xz > /dev/null; then
+      xz -dc "$dir/${name%%:*}.xz" > "$bin" || return 1
+    else
+      python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+        "$dir/${name%%:*}.xz" "$bin" || return 1
+    fi
+    chmod +x "$bin"
+  done
+}
