@@ -268,6 +268,87 @@ TEST(CudaDecodeFormats, FragmentDecodersMatchTheRowReaders) {
     }
 }
 
+// q8_0 K on int8 tensor cores: the kernel's operands (k_frag_s8 from 16 key rows, Q's two int8
+// planes from q_s8_split) put through mma.m16n8k32.s8's fragment layout (PTX ISA: A rows g, g + 8
+// and columns 4t + (0..3), 16 + 4t + (0..3) in a0..a3; B rows 4t + (0..3) and 16 + 4t + (0..3) of
+// column g in b0, b1; C rows g, g + 8 and columns 2t, 2t + 1), emulated here with the planes
+// recombined as the kernel does (128 hi + lo, times the block's scale and the row's step), give
+// the float64 scores of the codes against Q within the 15-bit quantization of Q.
+TEST(CudaDecodeFormats, Int8QKOperandsGiveTheScores) {
+  std::mt19937 rng(99);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  constexpr int kDim = 128, kKeys = 16, kRows = 8;
+  for (int trial = 0; trial < 10; ++trial) {
+    std::vector<std::vector<uint8_t>> keys;
+    for (int k = 0; k < kKeys; ++k) keys.push_back(random_row(KvType::q8_0, kDim, rng));
+    std::vector<float> q(kRows * kDim);
+    for (float& v : q) v = nd(rng) * (trial % 2 ? 30.0f : 0.01f);
+    q[3] = trial % 3 == 0 ? 0.0f : q[3];
+    // Q's step per row, and each lane's B operand words per block (as the prologue packs them).
+    float step[kRows];
+    for (int r = 0; r < kRows; ++r) {
+      float amax = 0.0f;
+      for (int d = 0; d < kDim; ++d) amax = std::max(amax, std::fabs(q[r * kDim + d]));
+      step[r] = amax / kQS8Steps;
+    }
+    for (int b = 0; b < kDim / 32; ++b) {
+      // Matrices by the fragment layout: A[16][32] from the lanes' k_frag_s8 words, B[32][8] per
+      // plane from the lanes' Q words.
+      int a[16][32], bh[32][8], bl[32][8];
+      for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane >> 2, t = lane & 3;
+        const frag2 k0 = k_frag_s8(keys[g].data() + lead(KvType::q8_0), b, t);
+        const frag2 k1 = k_frag_s8(keys[g + 8].data() + lead(KvType::q8_0), b, t);
+        const uint32_t regs[4] = {k0.x, k1.x, k0.y, k1.y};  // a0..a3
+        for (int i = 0; i < 4; ++i)
+          for (int j = 0; j < 4; ++j)
+            a[g + 8 * (i & 1)][4 * t + j + 16 * (i >> 1)] =
+                static_cast<int8_t>((regs[i] >> (8 * j)) & 0xffu);
+        int hi[8], lo[8];
+        for (int j = 0; j < 8; ++j) {
+          const float x = q[g * kDim + 32 * b + 8 * t + j];
+          const QS8 v = q_s8_split(step[g] > 0.0f ? x / step[g] : 0.0f);
+          ASSERT_LE(std::abs(v.hi), 127);
+          ASSERT_LE(std::abs(v.lo), 64);
+          hi[j] = v.hi;
+          lo[j] = v.lo;
+        }
+        const uint32_t bw[4] = {
+            s8_word(hi[0], hi[1], hi[2], hi[3]), s8_word(hi[4], hi[5], hi[6], hi[7]),
+            s8_word(lo[0], lo[1], lo[2], lo[3]), s8_word(lo[4], lo[5], lo[6], lo[7])};
+        for (int j = 0; j < 4; ++j)
+          for (int h = 0; h < 2; ++h) {
+            bh[4 * t + j + 16 * h][g] = static_cast<int8_t>((bw[h] >> (8 * j)) & 0xffu);
+            bl[4 * t + j + 16 * h][g] = static_cast<int8_t>((bw[2 + h] >> (8 * j)) & 0xffu);
+          }
+      }
+      for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane >> 2, t = lane & 3;
+        for (int e = 0; e < 4; ++e) {
+          const int m = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+          int64_t sh = 0, sl = 0;
+          for (int k = 0; k < 32; ++k) {
+            sh += int64_t{a[m][k]} * bh[k][col];
+            sl += int64_t{a[m][k]} * bl[k][col];
+          }
+          const uint8_t* row = keys[m].data() + lead(KvType::q8_0);
+          const float scale = half_to_float(static_cast<uint16_t>(k_scale<KvType::q8_0>(row, b)));
+          const double got = double{scale} * double{step[col]} * static_cast<double>(128 * sh + sl);
+          double want = 0.0, mag = 0.0;
+          for (int d = 0; d < 32; ++d) {
+            const double kv = double{scale} * static_cast<int8_t>(row[34 * b + 2 + d]);
+            want += kv * q[col * kDim + 32 * b + d];
+            mag += std::fabs(kv) * step[col];
+          }
+          // Each Q value is off by at most half a step: the score by at most sum |k| step / 2.
+          ASSERT_LE(std::fabs(got - want), 0.5 * mag + 1e-30)
+              << "trial " << trial << " block " << b << " key " << m << " row " << col;
+        }
+      }
+    }
+  }
+}
+
 AttentionProblem problem(int32_t q_tokens, int32_t qh, int32_t kvh, HeadDims d, int64_t cap) {
   AttentionProblem p;
   p.n_q_tokens = q_tokens;

@@ -172,6 +172,15 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint4& a, uint32_t
   }
 }
 
+// D = A.B (+ D) for one m16n8k32 tile of int8 values, s32 accumulation.
+__device__ __forceinline__ void imma16832(int (&d)[4], const uint4& a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+}
+
 // V's operands for a 16-key step: the four key rows vrow (keys 2t, 2t + 1, 2t + 8, 2t + 9 of
 // the step) give, for each of the lane's nt V dims (dim tiles i = 0 .. nt - 1, in order),
 // use(i, b0, b1) with b0 = half2(V[2t][d], V[2t + 1][d]) and b1 the same of keys 2t + 8, 2t + 9,
@@ -320,7 +329,11 @@ __device__ void finalize_row(const DecodeParams& p, float* o, float m, float l, 
 // The prologue's Q work, after Q's rows have been staged (as f32) in `qs`: rotated for turbo K,
 // scaled and packed into the MMA fragments (q_frag), and for q8_0 / q4_0 K with one n-tile the
 // query's bias terms per block and row (qc); stage 1 zeroed where the layout asks for it.
-template <KvType KT, int NR>
+// kS8 (q8_0 K, one n-tile, no K split: Q.K^T on int8 tensor cores): instead, per 32-dim block b
+// and lane (row g, thread t) one uint4 at q_frag[b * 32 + lane] of Q's two int8 planes (hi: x, y;
+// lo: z, w; dims 32b + 8t .. 32b + 8t + 7, k_frag_s8's), and per row its step (the value of one
+// unit of the planes, scale included) at qc[row].
+template <KvType KT, int NR, bool kS8 = false>
 __device__ __forceinline__ void pack_q_fragments(const DecodeParams& p, float* qs, uint4* q_frag,
                                                  float* qc, uint8_t* stage_base, int tid, int lane,
                                                  int warp, const uint32_t* sign_words,
@@ -329,6 +342,34 @@ __device__ __forceinline__ void pack_q_fragments(const DecodeParams& p, float* q
   // Q rows (rotated for turbo K) as f32, then scaled and packed into fragments.
   cp_async_wait<1>();  // Q's group: tile 0 may still be in flight
   __syncthreads();
+  if constexpr (kS8) {
+    static_assert(NR == 1 && KT == KvType::q8_0, "int8 Q.K^T: q8_0 K, one n-tile");
+    const int blocks = p.dkc >> 5;
+    for (int r = warp; r < 8; r += kWarps) {  // the n-tile's 8 rows (past rows_here: zeros)
+      const float* qr = qs + r * p.dkc;
+      float amax = 0.0f;
+      for (int d = lane; d < p.dkc; d += 32) amax = fmaxf(amax, fabsf(qr[d] * p.scale));
+#pragma unroll
+      for (int x = 16; x > 0; x >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, x));
+      const float inv = amax > 0.0f ? kQS8Steps / amax : 0.0f;
+      if (lane == 0) qc[r] = amax / kQS8Steps;
+      for (int i = lane; i < blocks * 4; i += 32) {
+        const int b = i >> 2, tt = i & 3;
+        int hi[8], lo[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const QS8 v = q_s8_split(qr[32 * b + 8 * tt + j] * p.scale * inv);
+          hi[j] = v.hi;
+          lo[j] = v.lo;
+        }
+        q_frag[b * 32 + r * 4 + tt] =
+            make_uint4(s8_word(hi[0], hi[1], hi[2], hi[3]), s8_word(hi[4], hi[5], hi[6], hi[7]),
+                       s8_word(lo[0], lo[1], lo[2], lo[3]), s8_word(lo[4], lo[5], lo[6], lo[7]));
+      }
+    }
+    __syncthreads();
+    return;  // (zero_stages: float K only)
+  }
   if constexpr (is_rotated(KT)) {
     // Only the rows that are there: the others are zero, and so are their rotations (one token
     // of GQA 4 stages 16 rows, 4 of them real). turbo3 K at 4K tokens 1.05-1.17x, 32K 1.01-1.07x

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 
 #include "backends/cuda/decode/decode_formats.hpp"
@@ -195,6 +196,36 @@ constexpr float k_raw_bias(int chunk) {
 template <KvType T>
 KVFLASH_HD uint32_t k_scale(const uint8_t* row, int b) {
   return load_u16(row + (T == KvType::q8_0 ? 34 : 18) * b);
+}
+
+// q8_0 K on int8 tensor cores (mma m16n8k32 .s8: the one-token kernel's Q.K^T, keys as M): the
+// A operand of 32-dim block b for thread t of one key row is its raw codes of dims 32b + 8t ..
+// 32b + 8t + 7 as they are stored: x = codes 8t .. 8t + 3 (A columns 4t .. 4t + 3), y = codes
+// 8t + 4 .. 8t + 7 (columns 16 + 4t ..); Q's B operand pairs the same dims (q_s8_word). The
+// k_dim order of the f16 path, so both take the same Q dims per lane.
+KVFLASH_HD frag2 k_frag_s8(const uint8_t* row, int b, int t) {
+  const uint8_t* q = row + 34 * b + 2 + 8 * t;
+  return make_frag2(byte_perm(load_u16(q), load_u16(q + 2), 0x5410u),
+                    byte_perm(load_u16(q + 4), load_u16(q + 6), 0x5410u));
+}
+// A query value x, already divided by its row's step (|x| <= kQS8Steps), as two int8 planes:
+// n = round(x) = 128 hi + lo with |hi| <= 127 and |lo| <= 64, so sum(k * n) = 128 sum(k * hi) +
+// sum(k * lo) takes two IMMAs. 15 bits per value: |x - n| <= 1/2 of a step of amax / 16256,
+// finer than f16's 11-bit mantissa at the row's larger values.
+inline constexpr float kQS8Steps = 16256.0f;  // 127 x 128
+struct QS8 {
+  int hi, lo;
+};
+KVFLASH_HD QS8 q_s8_split(float x) {
+  const float c = fminf(fmaxf(x, -kQS8Steps), kQS8Steps);
+  const int n = static_cast<int>(rintf(c));
+  const int hi = static_cast<int>(rintf(static_cast<float>(n) * (1.0f / 128.0f)));
+  return {hi, n - 128 * hi};
+}
+// Four int8 values as one operand word, value k in byte k.
+KVFLASH_HD uint32_t s8_word(int v0, int v1, int v2, int v3) {
+  return (static_cast<uint32_t>(v0) & 0xffu) | ((static_cast<uint32_t>(v1) & 0xffu) << 8) |
+         ((static_cast<uint32_t>(v2) & 0xffu) << 16) | ((static_cast<uint32_t>(v3) & 0xffu) << 24);
 }
 
 // P.V B operands for 16 contiguous dims (d0, 16-aligned within a 32-block) of four q8_0 key rows:

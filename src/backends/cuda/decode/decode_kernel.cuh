@@ -215,7 +215,20 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   if (n_tiles > 0) issue_tile(p, k_lo, 0);
   KVFLASH_TL(tl_cta, 2);
   cp_async_commit();
-  pack_q_fragments<KT, NR>(p, qs, q_frag, qc, stage_base, tid, lane, warp, sign_words, rows_here);
+  // q8_0 K with one n-tile and no K split, turbo V: Q.K^T on int8 tensor cores (mma m16n8k32
+  // .s8): the raw codes are the A operand as stored, Q two int8 planes (15 bits) with a step per
+  // row. Measured on the H200 (bench/results/2026-12-04-h200-imma-q8k): turbo V, whose codebook
+  // lookups fill the integer pipe, 1.05-1.16x at 1M tokens (GQA 8: 1.08-1.12x) and 1.22x at
+  // D 256; q8_0 and q4_0 V, whose steps wait on memory at depth, 0.82-0.95x at 1M (with more DRAM
+  // traffic, not explained): they keep the f16 path, as do f16 and bf16 V (0.98-1.05x).
+  constexpr bool kS8K = KT == KvType::q8_0 && is_rotated(VT) && NR == 1 && !KS;
+  pack_q_fragments<KT, NR, kS8K>(p, qs, q_frag, qc, stage_base, tid, lane, warp, sign_words,
+                                 rows_here);
+  [[maybe_unused]] float q_step[2] = {0.0f, 0.0f};  // kS8K: the steps of rows 2t, 2t + 1
+  if constexpr (kS8K) {
+    q_step[0] = qc[2 * (lane & 3)];
+    q_step[1] = qc[2 * (lane & 3) + 1];
+  }
   // Tiles 1 .. n_stages - 2 follow tile 0 into their stages (one commit group per tile, empty
   // groups past the end, so the wait counts below hold).
   for (int st = 1; st < p.n_stages - 1; ++st) {
@@ -381,7 +394,32 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
                 for (int e = 0; e < 4; ++e) st[r][e] += part[r][e];
             }
           }
-          if constexpr (KT == KvType::q8_0 || KT == KvType::q4_0) {
+          if constexpr (kS8K) {
+            // Per 32-dim block two IMMAs (Q's planes hi, lo) over the raw codes, 128 hi + lo in
+            // s32 (|.| < 2^27), times the block's scale of the key row (this lane's own rows) in
+            // f32; the rows' steps after the last block.
+            const uint4* qf8 = q_frag + lane;
+#pragma unroll 4
+            for (int b = 0; b < (p.dkc >> 5); ++b) {
+              const uint4 qp = qf8[b * 32];
+              const frag2 k0 = k_frag_s8(krow[0], b, t), k1 = k_frag_s8(krow[1], b, t);
+              const uint4 a = make_uint4(k0.x, k1.x, k0.y, k1.y);
+              int hi[4] = {0, 0, 0, 0}, lo[4] = {0, 0, 0, 0};
+              imma16832(hi, a, qp.x, qp.y);
+              imma16832(lo, a, qp.z, qp.w);
+              const float s0 = half_to_float(static_cast<uint16_t>(k_scale<KT>(krow[0], b)));
+              const float s1 = half_to_float(static_cast<uint16_t>(k_scale<KT>(krow[1], b)));
+              st[0][0] = fmaf(s0, static_cast<float>(128 * hi[0] + lo[0]), st[0][0]);
+              st[0][1] = fmaf(s0, static_cast<float>(128 * hi[1] + lo[1]), st[0][1]);
+              st[0][2] = fmaf(s1, static_cast<float>(128 * hi[2] + lo[2]), st[0][2]);
+              st[0][3] = fmaf(s1, static_cast<float>(128 * hi[3] + lo[3]), st[0][3]);
+            }
+            st[0][0] *= q_step[0];
+            st[0][1] *= q_step[1];
+            st[0][2] *= q_step[0];
+            st[0][3] *= q_step[1];
+          }
+          if constexpr (!kS8K && (KT == KvType::q8_0 || KT == KvType::q4_0)) {
             // Raw codes (exact in f16) into an accumulator that starts at minus the bias times the
             // query's chunk sums (qc), so the MMA leaves sum(q * (code - bias)) per block; the
             // block's scale of each key row (this lane's own rows) then multiplies it in f32.
