@@ -1,5 +1,5 @@
 // The CUDA decode kernels against the float64 reference on device buffers: q tokens 1, 2, 8; GQA
-// 4 and 8; head dims 64, 128, 256, 512, 576/512; f16, q8_0, q4_0, turbo3 and mixed q8_0/turbo4; kv
+// 4 and 8; head dims 64, 128, 256, 512, 576/512; f16, q8_0, q4_0, turbo3 and mixed q8_0/turbo; kv
 // lengths 1 ... 70,000, a free batch slot (kv_len 0) and a sequence shorter than its queries.
 // Each case plans on the CUDA backend; a case no CUDA candidate accepts is skipped, saying why.
 #include <fmt/format.h>
@@ -60,6 +60,8 @@ std::vector<DecodeCase> decode_cases() {
       {1, 8, 2, d256, q4_0, q4_0, {5000}},
       {1, 8, 2, d256, turbo3, turbo3, {70000}},
       {1, 8, 2, d512, q8_0, q8_0, {5000}},  // four slices
+      // q8_0 K with turbo V (int8 Q.K^T): mixed types do not split K, so all 8 K blocks per warp
+      {1, 8, 2, d256, q8_0, turbo3, {5000}},
       {8, 8, 2, d128, q4_0, q4_0, {100}},
       // 17-32 query rows per KV head (speculative steps of GQA 4): two 16-row M tiles, rows
       // past the last one empty (5 tokens: 20 of 32), every type family, D 128 and 256
