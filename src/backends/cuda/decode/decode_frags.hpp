@@ -201,7 +201,7 @@ KVFLASH_HD uint32_t k_scale(const uint8_t* row, int b) {
 // q8_0 K on int8 tensor cores (mma m16n8k32 .s8: the one-token kernel's Q.K^T, keys as M): the
 // A operand of 32-dim block b for thread t of one key row is its raw codes of dims 32b + 8t ..
 // 32b + 8t + 7 as they are stored: x = codes 8t .. 8t + 3 (A columns 4t .. 4t + 3), y = codes
-// 8t + 4 .. 8t + 7 (columns 16 + 4t ..); Q's B operand pairs the same dims (q_s8_word). The
+// 8t + 4 .. 8t + 7 (columns 16 + 4t ..); Q's B operand words pair the same dims. The
 // k_dim order of the f16 path, so both take the same Q dims per lane.
 KVFLASH_HD frag2 k_frag_s8(const uint8_t* row, int b, int t) {
   const uint8_t* q = row + 34 * b + 2 + 8 * t;
