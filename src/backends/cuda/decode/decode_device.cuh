@@ -326,6 +326,18 @@ __device__ void finalize_row(const DecodeParams& p, float* o, float m, float l, 
   if (p.lse != nullptr && lane == 0) p.lse[out_row] = l == 0.0f ? kNegInf : m + logf(l);
 }
 
+// Whether the decode kernel computes Q.K^T on int8 tensor cores (mma m16n8k32 .s8): q8_0 K with
+// one n-tile, no K split, turbo V. The raw codes are the A operand as stored, Q two int8 planes
+// (15 bits) with a step per row (pack_q_fragments' kS8). Measured on the H200
+// (bench/results/2026-12-04-h200-imma-q8k): turbo V, whose codebook lookups fill the integer
+// pipe, 1.05-1.16x at 1M tokens (GQA 8: 1.08-1.12x) and 1.22x at D 256; q8_0 and q4_0 V, whose
+// steps wait on memory at depth, 0.82-0.95x at 1M (with more DRAM traffic, not explained): they
+// keep the f16 path, as do f16 and bf16 V (0.98-1.05x).
+template <KvType KT, KvType VT, int NR, bool KS>
+constexpr bool int8_qk() {
+  return KT == KvType::q8_0 && is_rotated(VT) && NR == 1 && !KS;
+}
+
 // The prologue's Q work, after Q's rows have been staged (as f32) in `qs`: rotated for turbo K,
 // scaled and packed into the MMA fragments (q_frag), and for q8_0 / q4_0 K with one n-tile the
 // query's bias terms per block and row (qc); stage 1 zeroed where the layout asks for it.

@@ -215,13 +215,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   if (n_tiles > 0) issue_tile(p, k_lo, 0);
   KVFLASH_TL(tl_cta, 2);
   cp_async_commit();
-  // q8_0 K with one n-tile and no K split, turbo V: Q.K^T on int8 tensor cores (mma m16n8k32
-  // .s8): the raw codes are the A operand as stored, Q two int8 planes (15 bits) with a step per
-  // row. Measured on the H200 (bench/results/2026-12-04-h200-imma-q8k): turbo V, whose codebook
-  // lookups fill the integer pipe, 1.05-1.16x at 1M tokens (GQA 8: 1.08-1.12x) and 1.22x at
-  // D 256; q8_0 and q4_0 V, whose steps wait on memory at depth, 0.82-0.95x at 1M (with more DRAM
-  // traffic, not explained): they keep the f16 path, as do f16 and bf16 V (0.98-1.05x).
-  constexpr bool kS8K = KT == KvType::q8_0 && is_rotated(VT) && NR == 1 && !KS;
+  constexpr bool kS8K = int8_qk<KT, VT, NR, KS>();  // Q.K^T on int8 tensor cores
   pack_q_fragments<KT, NR, kS8K>(p, qs, q_frag, qc, stage_base, tid, lane, warp, sign_words,
                                  rows_here);
   [[maybe_unused]] float q_step[2] = {0.0f, 0.0f};  // kS8K: the steps of rows 2t, 2t + 1
@@ -395,9 +389,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
             }
           }
           if constexpr (kS8K) {
-            // Per 32-dim block two IMMAs (Q's planes hi, lo) over the raw codes, 128 hi + lo in
-            // s32 (|.| < 2^27), times the block's scale of the key row (this lane's own rows) in
-            // f32; the rows' steps after the last block.
+            // Per 32-dim block two IMMAs (Q's planes hi, lo), 128 hi + lo in s32 (|.| < 2^27),
+            // times the block's scale of this lane's key row in f32; the rows' steps at the end.
             const uint4* qf8 = q_frag + lane;
 #pragma unroll 4
             for (int b = 0; b < (p.dkc >> 5); ++b) {
