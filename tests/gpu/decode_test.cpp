@@ -62,6 +62,9 @@ std::vector<DecodeCase> decode_cases() {
       {1, 8, 2, d512, q8_0, q8_0, {5000}},  // four slices
       // q8_0 K with turbo V (int8 Q.K^T): mixed types do not split K, so all 8 K blocks per warp
       {1, 8, 2, d256, q8_0, turbo3, {5000}},
+      // turbo2 V by bit planes (planes_v): GQA 8 at depth with int8 Q.K^T, and the K split
+      {1, 16, 2, d128, q8_0, turbo2, {70000}},
+      {1, 8, 2, d256, turbo2, turbo2, {5000}},
       {8, 8, 2, d128, q4_0, q4_0, {100}},
       // 17-32 query rows per KV head (speculative steps of GQA 4): two 16-row M tiles, rows
       // past the last one empty (5 tokens: 20 of 32), every type family, D 128 and 256

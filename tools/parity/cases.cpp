@@ -85,16 +85,18 @@ std::vector<ParityCase> type_cases() {
 }
 
 // Every supported head-dim pair, with plain, block-quantized and rotated types (turbo rows of
-// 80 or 96 values are padded to one 128-value group), and q8_0 K with turbo V (int8 Q.K^T on
-// the GPU).
+// 80 or 96 values are padded to one 128-value group), q8_0 K with turbo V (int8 Q.K^T on the
+// GPU) and turbo2 V (bit planes on the GPU).
 std::vector<ParityCase> head_dim_cases() {
   Axis dims;
   for (HeadDims hd : SupportedSpace::head_dims)
     dims.push_back([hd](ParityCase& c) { c.head_dim = hd; });
   ParityCase base;
   base.kv_len = 300;
-  std::vector<ParityCase> out =
-      product(base, {dims, types({{f16, f16}, {q8_0, q4_0}, {turbo4, turbo3}, {q8_0, turbo3}})});
+  std::vector<ParityCase> out = product(
+      base,
+      {dims,
+       types({{f16, f16}, {q8_0, q4_0}, {turbo4, turbo3}, {q8_0, turbo3}, {turbo3, turbo2}})});
   base.n_q_tokens = 9;
   append(out, product(base, {dims, types({{bf16, q8_0}})}));
   return out;
