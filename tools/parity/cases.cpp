@@ -233,6 +233,15 @@ std::vector<ParityCase> long_cases() {
   ParityCase quarter;
   quarter.n_kv_heads = 1;
   append(out, product(quarter, {kv({262144, 262145}), types({{q4_0, q4_0}, {turbo4, turbo4}})}));
+
+  // The longest context the decode kernels promise, 4,194,304 tokens, in caches of more than
+  // 2^31 bytes per tensor (64-bit offsets everywhere): f16 rows (4.3 GB per tensor; the GPU copies
+  // them with cp.async) and q8_0 K (2.3 GB; by TMA on the GPU, int8 Q.K^T) with turbo3 V.
+  ParityCase huge;
+  huge.n_q_heads = 8;
+  huge.n_kv_heads = 4;
+  huge.kv_len = int64_t{1} << 22;
+  append(out, product(huge, {types({{f16, f16}, {q8_0, turbo3}})}));
   return out;
 }
 
