@@ -118,7 +118,8 @@ int main(int argc, char** argv) {
   app.add_option("-f,--filter", filters,
                  "regex searched in the case name; repeat to narrow (a case must match all)");
   app.add_flag("--list", list, "print the selected case names and exit");
-  app.add_option("-s,--set,--list-set", set_name, "case set: test (fast), long (256K-4M tokens), all")
+  app.add_option("-s,--set,--list-set", set_name,
+                 "case set: test (fast), long (256K-4M tokens), all")
       ->check(CLI::IsMember({"test", "long", "all"}))
       ->capture_default_str();
   app.add_option("--csv", csv_path, "write one row per case and backend to this file");
