@@ -274,22 +274,30 @@ TEST(CudaDecodeFormats, FragmentDecodersMatchTheRowReaders) {
 // column g in b0, b1; C rows g, g + 8 and columns 2t, 2t + 1), emulated here with the planes
 // recombined as the kernel does (128 hi + lo, times the block's scale and the row's step), give
 // the float64 scores of the codes against Q within the 15-bit quantization of Q.
-TEST(CudaDecodeFormats, Int8QKOperandsGiveTheScores) {
+template <KvType T>
+void check_int8_qk_operands() {
   std::mt19937 rng(99);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   constexpr int kDim = 128, kKeys = 16, kRows = 8;
   for (int trial = 0; trial < 10; ++trial) {
     std::vector<std::vector<uint8_t>> keys;
-    for (int k = 0; k < kKeys; ++k) keys.push_back(random_row(KvType::q8_0, kDim, rng));
+    std::vector<std::vector<float>> kval;  // dequantized, for the float64 scores
+    for (int k = 0; k < kKeys; ++k) {
+      keys.push_back(random_row(T, kDim, rng));
+      kval.emplace_back(kDim);
+      dequantize_row(T, keys.back().data() + lead(T), kDim, kval.back().data());
+    }
     std::vector<float> q(kRows * kDim);
     for (float& v : q) v = nd(rng) * (trial % 2 ? 30.0f : 0.01f);
     q[3] = trial % 3 == 0 ? 0.0f : q[3];
-    // Q's step per row, and each lane's B operand words per block (as the prologue packs them).
-    float step[kRows];
+    // Q's step per row (one unit of the planes times one unit of K's operand), and each lane's B
+    // operand words per block (as the prologue packs them).
+    float step[kRows], qstep[kRows];
     for (int r = 0; r < kRows; ++r) {
       float amax = 0.0f;
       for (int d = 0; d < kDim; ++d) amax = std::max(amax, std::fabs(q[r * kDim + d]));
-      step[r] = amax / kQS8Steps;
+      qstep[r] = amax / kQS8Steps;
+      step[r] = qstep[r] * kS8Unit<T>;
     }
     for (int b = 0; b < kDim / 32; ++b) {
       // Matrices by the fragment layout: A[16][32] from the lanes' k_frag_s8 words, B[32][8] per
@@ -297,8 +305,8 @@ TEST(CudaDecodeFormats, Int8QKOperandsGiveTheScores) {
       int a[16][32], bh[32][8], bl[32][8];
       for (int lane = 0; lane < 32; ++lane) {
         const int g = lane >> 2, t = lane & 3;
-        const frag2 k0 = k_frag_s8(keys[g].data() + lead(KvType::q8_0), b, t);
-        const frag2 k1 = k_frag_s8(keys[g + 8].data() + lead(KvType::q8_0), b, t);
+        const frag2 k0 = k_frag_s8<T>(keys[g].data() + lead(T), b, t);
+        const frag2 k1 = k_frag_s8<T>(keys[g + 8].data() + lead(T), b, t);
         const uint32_t regs[4] = {k0.x, k1.x, k0.y, k1.y};  // a0..a3
         for (int i = 0; i < 4; ++i)
           for (int j = 0; j < 4; ++j)
@@ -306,8 +314,8 @@ TEST(CudaDecodeFormats, Int8QKOperandsGiveTheScores) {
                 static_cast<int8_t>((regs[i] >> (8 * j)) & 0xffu);
         int hi[8], lo[8];
         for (int j = 0; j < 8; ++j) {
-          const float x = q[g * kDim + 32 * b + 8 * t + j];
-          const QS8 v = q_s8_split(step[g] > 0.0f ? x / step[g] : 0.0f);
+          const float x = q[g * kDim + 32 * b + s8_dim<T>(t, j)];
+          const QS8 v = q_s8_split(qstep[g] > 0.0f ? x / qstep[g] : 0.0f);
           ASSERT_LE(std::abs(v.hi), 127);
           ASSERT_LE(std::abs(v.lo), 64);
           hi[j] = v.hi;
@@ -331,22 +339,28 @@ TEST(CudaDecodeFormats, Int8QKOperandsGiveTheScores) {
             sh += int64_t{a[m][k]} * bh[k][col];
             sl += int64_t{a[m][k]} * bl[k][col];
           }
-          const uint8_t* row = keys[m].data() + lead(KvType::q8_0);
-          const float scale = half_to_float(static_cast<uint16_t>(k_scale<KvType::q8_0>(row, b)));
+          ASSERT_LT(std::llabs(128 * sh + sl), int64_t{1} << 27);  // the kernel's s32 sums
+          const uint8_t* row = keys[m].data() + lead(T);
+          const float scale = half_to_float(static_cast<uint16_t>(k_scale<T>(row, b)));
           const double got = double{scale} * double{step[col]} * static_cast<double>(128 * sh + sl);
           double want = 0.0, mag = 0.0;
           for (int d = 0; d < 32; ++d) {
-            const double kv = double{scale} * static_cast<int8_t>(row[34 * b + 2 + d]);
+            const double kv = kval[m][32 * b + d];
             want += kv * q[col * kDim + 32 * b + d];
-            mag += std::fabs(kv) * step[col];
+            mag += std::fabs(kv) * qstep[col];
           }
           // Each Q value is off by at most half a step: the score by at most sum |k| step / 2.
-          ASSERT_LE(std::fabs(got - want), 0.5 * mag + 1e-30)
+          ASSERT_LE(std::fabs(got - want), 0.5 * mag + 1e-6 * std::fabs(want) + 1e-30)
               << "trial " << trial << " block " << b << " key " << m << " row " << col;
         }
       }
     }
   }
+}
+
+TEST(CudaDecodeFormats, Int8QKOperandsGiveTheScores) {
+  check_int8_qk_operands<KvType::q8_0>();
+  check_int8_qk_operands<KvType::q4_0>();
 }
 
 AttentionProblem problem(int32_t q_tokens, int32_t qh, int32_t kvh, HeadDims d, int64_t cap) {
@@ -395,6 +409,22 @@ TEST(CudaDecodePlan, LayoutWorkedExamples) {
     EXPECT_TRUE(l.k_split);
     EXPECT_EQ(l.k_share, 4);
   }
+  // q8_0 K / turbo V, one token: Q.K^T on int8 tensor cores, whose Q fragments (one 16-byte word
+  // per lane and 32-dim block) take half the f16 ones' bytes. That room is what gives turbo3 V
+  // the 128-key tiles of two stages at four CTAs per SM (sized for f16 fragments they missed the
+  // stage room by 256 bytes: 64-key tiles); D 256 64 keys (was 32).
+  for (auto [d, keys] : {std::pair{128, 128}, {256, 64}}) {
+    AttentionProblem p = problem(1, 32, 8, {d, d}, 32768);
+    p.k_type = KvType::q8_0;
+    p.v_type = KvType::turbo3;
+    l = decode_layout(p);
+    SCOPED_TRACE(d);
+    EXPECT_TRUE(l.int8_qk);
+    EXPECT_EQ(l.smem_q_bytes, d / 32 * 32 * 16 + 2 * d);  // + the steps (bias-term room)
+    EXPECT_EQ(l.bk, keys);
+    EXPECT_EQ(l.n_stages, 2);
+    EXPECT_LE(4 * (l.smem_total + 1024 + kStaticSmemBytes), size_t{228} * 1024);
+  }
   // MLA 576/512: four V slices of 128, one M tile per CTA (18 K blocks: not split by 4).
   l = decode_layout(problem(1, 128, 1, {576, 512}, 4096));
   EXPECT_EQ(l.n_dslices, 4);
@@ -438,7 +468,11 @@ TEST(CudaDecodePlan, EveryPointOfTheSpaceHasAConsistentLayout) {
             if (l.k_split) {
               EXPECT_LE(l.n_dslices * l.n_kgroups, kWarps);  // [warp][2][32] float4 slots
             }
-            EXPECT_GE(l.smem_q_bytes, l.n_mtiles * (l.dkc / 16) * 32 * 16 +
+            // int8 Q.K^T: q8_0 or q4_0 K, turbo V, one n-tile, unsplit K; its Q fragments hold
+            // 32 dims per lane's 16 bytes.
+            EXPECT_EQ(l.int8_qk, (kt == KvType::q8_0 || kt == KvType::q4_0) && is_rotated(vt) &&
+                                     l.n_qtiles == 1 && !l.k_split);
+            EXPECT_GE(l.smem_q_bytes, l.n_mtiles * (l.dkc / (l.int8_qk ? 32 : 16)) * 32 * 16 +
                                           (fold ? l.row_block * (l.dkc / 32) * 4 : 0) +
                                           (l.k_split ? kScoreXchgBytes : 0));
             EXPECT_EQ(l.smem_q_bytes % 128, 0);

@@ -65,6 +65,7 @@ std::vector<DecodeCase> decode_cases() {
       // turbo2 V by bit planes (planes_v): GQA 8 at depth with int8 Q.K^T, and the K split
       {1, 16, 2, d128, q8_0, turbo2, {70000}},
       {1, 8, 2, d256, turbo2, turbo2, {5000}},
+      {1, 16, 2, d128, q4_0, turbo4, {70000}},  // q4_0 K as int8 16 (c - 8), GQA 8
       {8, 8, 2, d128, q4_0, q4_0, {100}},
       // 17-32 query rows per KV head (speculative steps of GQA 4): two 16-row M tiles, rows
       // past the last one empty (5 tokens: 20 of 32), every type family, D 128 and 256

@@ -326,25 +326,27 @@ __device__ void finalize_row(const DecodeParams& p, float* o, float m, float l, 
   if (p.lse != nullptr && lane == 0) p.lse[out_row] = l == 0.0f ? kNegInf : m + logf(l);
 }
 
-// Whether the decode kernel computes Q.K^T on int8 tensor cores (mma m16n8k32 .s8): q8_0 K with
-// one n-tile, no K split, turbo V. The raw codes are the A operand as stored, Q two int8 planes
-// (15 bits) with a step per row (pack_q_fragments' kS8). Measured on the H200
-// (bench/results/2026-12-04-h200-imma-q8k): turbo V, whose codebook lookups fill the integer
-// pipe, 1.05-1.16x at 1M tokens (GQA 8: 1.08-1.12x) and 1.22x at D 256; q8_0 and q4_0 V, whose
-// steps wait on memory at depth, 0.82-0.95x at 1M (with more DRAM traffic, not explained): they
-// keep the f16 path, as do f16 and bf16 V (0.98-1.05x).
+// Whether the decode kernel computes Q.K^T on int8 tensor cores (mma m16n8k32 .s8): q8_0 or q4_0
+// K with one n-tile, no K split, turbo V. The raw codes are the A operand as stored (q4_0: as
+// 16 (c - 8), k_frag_s8), Q two int8 planes (15 bits) with a step per row (pack_q_fragments'
+// kS8). Measured on the H200 for q8_0 K (bench/results/2026-12-04-h200-imma-q8k; q4_0 K not yet
+// timed): turbo V, whose codebook lookups fill the integer pipe, 1.05-1.16x at 1M tokens (GQA 8:
+// 1.08-1.12x) and 1.22x at D 256; q8_0 and q4_0 V, whose steps wait on memory at depth,
+// 0.82-0.95x at 1M (with more DRAM traffic, not explained): they keep the f16 path, as do f16
+// and bf16 V (0.98-1.05x).
 template <KvType KT, KvType VT, int NR, bool KS>
 constexpr bool int8_qk() {
-  return KT == KvType::q8_0 && is_rotated(VT) && NR == 1 && !KS;
+  return uses_int8_qk(KT, VT, NR, KS);
 }
 
 // The prologue's Q work, after Q's rows have been staged (as f32) in `qs`: rotated for turbo K,
 // scaled and packed into the MMA fragments (q_frag), and for q8_0 / q4_0 K with one n-tile the
 // query's bias terms per block and row (qc); stage 1 zeroed where the layout asks for it.
-// kS8 (q8_0 K, one n-tile, no K split: Q.K^T on int8 tensor cores): instead, per 32-dim block b
-// and lane (row g, thread t) one uint4 at q_frag[b * 32 + lane] of Q's two int8 planes (hi: x, y;
-// lo: z, w; dims 32b + 8t .. 32b + 8t + 7, k_frag_s8's), and per row its step (the value of one
-// unit of the planes, scale included) at qc[row].
+// kS8 (q8_0 / q4_0 K, one n-tile, no K split: Q.K^T on int8 tensor cores): instead, per 32-dim
+// block b and lane (row g, thread t) one uint4 at q_frag[b * 32 + lane] of Q's two int8 planes
+// (hi: x, y; lo: z, w; dims 32b + s8_dim<KT>(t, 0 .. 7), k_frag_s8's), and per row its step (the
+// value of one unit of the planes times one unit of K's operand: scale and kS8Unit included) at
+// qc[row].
 template <KvType KT, int NR, bool kS8 = false>
 __device__ __forceinline__ void pack_q_fragments(const DecodeParams& p, float* qs, uint4* q_frag,
                                                  float* qc, uint8_t* stage_base, int tid, int lane,
@@ -355,7 +357,8 @@ __device__ __forceinline__ void pack_q_fragments(const DecodeParams& p, float* q
   cp_async_wait<1>();  // Q's group: tile 0 may still be in flight
   __syncthreads();
   if constexpr (kS8) {
-    static_assert(NR == 1 && KT == KvType::q8_0, "int8 Q.K^T: q8_0 K, one n-tile");
+    static_assert(NR == 1 && (KT == KvType::q8_0 || KT == KvType::q4_0),
+                  "int8 Q.K^T: q8_0 or q4_0 K, one n-tile");
     const int blocks = p.dkc >> 5;
     for (int r = warp; r < 8; r += kWarps) {  // the n-tile's 8 rows (past rows_here: zeros)
       const float* qr = qs + r * p.dkc;
@@ -364,13 +367,13 @@ __device__ __forceinline__ void pack_q_fragments(const DecodeParams& p, float* q
 #pragma unroll
       for (int x = 16; x > 0; x >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, x));
       const float inv = amax > 0.0f ? kQS8Steps / amax : 0.0f;
-      if (lane == 0) qc[r] = amax / kQS8Steps;
+      if (lane == 0) qc[r] = amax / kQS8Steps * kS8Unit<KT>;
       for (int i = lane; i < blocks * 4; i += 32) {
         const int b = i >> 2, tt = i & 3;
         int hi[8], lo[8];
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
-          const QS8 v = q_s8_split(qr[32 * b + 8 * tt + j] * p.scale * inv);
+          const QS8 v = q_s8_split(qr[32 * b + s8_dim<KT>(tt, j)] * p.scale * inv);
           hi[j] = v.hi;
           lo[j] = v.lo;
         }

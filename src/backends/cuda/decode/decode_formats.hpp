@@ -28,6 +28,14 @@
 
 namespace kvflash::cuda::decode {
 
+// Whether the decode kernel computes Q.K^T on int8 tensor cores (mma m16n8k32 .s8; why and when:
+// int8_qk in decode_device.cuh): q8_0 or q4_0 K, one query n-tile, no K split, turbo V. For the
+// host's layout (Q's fragments take half the bytes: one 16-byte word per lane and 32-dim block)
+// and the kernel instances alike.
+constexpr bool uses_int8_qk(KvType k, KvType v, int n_qtiles, bool k_split) {
+  return (k == KvType::q8_0 || k == KvType::q4_0) && is_rotated(v) && n_qtiles == 1 && !k_split;
+}
+
 KVFLASH_HD uint16_t load_u16(const uint8_t* p) {
   return *reinterpret_cast<const uint16_t*>(p);
 }

@@ -61,6 +61,18 @@ KVFLASH_HD uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t s) {
   return r;
 #endif
 }
+// byte_perm for a selector whose nibbles have bit 3 clear and whose bits 16-31 may hold anything:
+// PTX prmt reads bits 0-15 only, where __byte_perm first ANDs the selector with 0x7777 (one more
+// instruction when the compiler cannot see that the bits are clear).
+KVFLASH_HD uint32_t prmt_raw(uint32_t a, uint32_t b, uint32_t s) {
+#if defined(__CUDA_ARCH__)
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(s));
+  return r;
+#else
+  return byte_perm(a, b, s);
+#endif
+}
 // (x & kMask) | bits as one LOP3. Written in C++ with both constants as immediates it compiles to
 // two (a LOP3 encodes one immediate); `bits` comes in a register (opaque_u32) instead.
 template <uint32_t kMask>
@@ -81,6 +93,19 @@ KVFLASH_HD uint32_t opaque_u32(uint32_t v) {
   return r;
 #else
   return v;
+#endif
+}
+
+// (a * b) / 2^32 + c in 32 bits (mad.hi.u32): one IMAD.HI, which issues to the FMA pipe and not
+// to the integer (ALU) pipe that the codebook lookups fill. With b = m * 2^(32 - r) it is
+// ((a * m) >> r) + c for a * m < 2^(32 + r): a shift right, a multiply and an add off that pipe.
+KVFLASH_HD uint32_t mad_hi(uint32_t a, uint32_t b, uint32_t c) {
+#if defined(__CUDA_ARCH__)
+  uint32_t r;
+  asm("mad.hi.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+  return r;
+#else
+  return static_cast<uint32_t>((uint64_t{a} * b) >> 32) + c;
 #endif
 }
 
@@ -198,15 +223,37 @@ KVFLASH_HD uint32_t k_scale(const uint8_t* row, int b) {
   return load_u16(row + (T == KvType::q8_0 ? 34 : 18) * b);
 }
 
-// q8_0 K on int8 tensor cores (mma m16n8k32 .s8: the one-token kernel's Q.K^T, keys as M): the
-// A operand of 32-dim block b for thread t of one key row is its raw codes of dims 32b + 8t ..
-// 32b + 8t + 7 as they are stored: x = codes 8t .. 8t + 3 (A columns 4t .. 4t + 3), y = codes
-// 8t + 4 .. 8t + 7 (columns 16 + 4t ..); Q's B operand words pair the same dims. The
-// k_dim order of the f16 path, so both take the same Q dims per lane.
+// q8_0 / q4_0 K on int8 tensor cores (mma m16n8k32 .s8: the one-token kernel's Q.K^T, keys as
+// M): the A operand of 32-dim block b for thread t of one key row, x for A columns 4t .. 4t + 3
+// and y for columns 16 + 4t .. 16 + 4t + 3, holds the dims s8_dim<T>(t, 0 .. 3) and
+// s8_dim<T>(t, 4 .. 7) of the block; Q's B operand words pair the same dims.
+// - q8_0: the raw codes of dims 8t .. 8t + 7 as they are stored (the k_dim order of the f16 path,
+//   so both take the same Q dims per lane): two u16 loads and a byte permute per word.
+// - q4_0: bytes 4t .. 4t + 3 hold dims 4t .. 4t + 3 (low nibbles) and 16 + 4t .. 16 + 4t + 3
+//   (high nibbles), the MMA's own column order. Each code c goes to the high nibble of its byte
+//   with bit 3 flipped: as int8 that is exactly 16 (c - 8), the dequantized value over d / 16,
+//   with no bias term and no sign extension (one shift and two LOP3 per 8 codes); the kernel's
+//   row step carries the 1/16 (kS8Unit).
+template <KvType T>
+KVFLASH_HD int s8_dim(int t, int j) {
+  if constexpr (T == KvType::q8_0) return 8 * t + j;
+  return j < 4 ? 4 * t + j : 16 + 4 * t + (j - 4);
+}
+template <KvType T>
+inline constexpr float kS8Unit = T == KvType::q8_0 ? 1.0f : 1.0f / 16.0f;
+template <KvType T>
 KVFLASH_HD frag2 k_frag_s8(const uint8_t* row, int b, int t) {
-  const uint8_t* q = row + 34 * b + 2 + 8 * t;
-  return make_frag2(byte_perm(load_u16(q), load_u16(q + 2), 0x5410u),
-                    byte_perm(load_u16(q + 4), load_u16(q + 6), 0x5410u));
+  if constexpr (T == KvType::q8_0) {
+    const uint8_t* q = row + 34 * b + 2 + 8 * t;
+    return make_frag2(byte_perm(load_u16(q), load_u16(q + 2), 0x5410u),
+                      byte_perm(load_u16(q + 4), load_u16(q + 6), 0x5410u));
+  } else {
+    static_assert(T == KvType::q4_0, "int8 K operands: q8_0 or q4_0");
+    const uint8_t* q = row + 18 * b + 2 + 4 * t;
+    const uint32_t w = byte_perm(load_u16(q), load_u16(q + 2), 0x5410u);
+    return make_frag2(lop_and_xor(w << 4, 0xf0f0f0f0u, 0x80808080u),
+                      lop_and_xor(w, 0xf0f0f0f0u, 0x80808080u));
+  }
 }
 // A query value x, already divided by its row's step (|x| <= kQS8Steps), as two int8 planes:
 // n = round(x) = 128 hi + lo with |hi| <= 127 and |lo| <= 64, so sum(k * n) = 128 sum(k * hi) +
@@ -335,6 +382,13 @@ struct TurboLut {
     }
     return make_frag2(byte_perm(l, h, 0x5140u), byte_perm(l, h, 0x7362u));
   }
+
+  // turbo3: lookup4 for a selector whose bits 16-31 may hold anything (its nibbles have bit 3
+  // clear), as mad_hi leaves them.
+  KVFLASH_HD frag2 lookup4_raw(uint32_t s) const {
+    const uint32_t l = prmt_raw(lo[0], lo[1], s), h = prmt_raw(hi[0], hi[1], s);
+    return make_frag2(byte_perm(l, h, 0x5140u), byte_perm(l, h, 0x7362u));
+  }
 };
 
 // The f16 bits of a turbo row's norm for 128-dim group grp_i.
@@ -354,8 +408,11 @@ KVFLASH_HD frag4 k_frag_turbo(const uint8_t* row, int b, int t, const TurboLut<T
   if constexpr (T == KvType::turbo4) {
     const int off = 2 + 16 * (b & 3) + 4 * t;
     const uint32_t w = byte_perm(load_u16(grp + off), load_u16(grp + off + 2), 0x5410u);
-    r0 = lut.lookup4((w & 0x0f0fu) | ((w >> 12) & 0xf0f0u));         // low nibbles 0, 2, 1, 3
-    r1 = lut.lookup4(((w >> 4) & 0x0f0fu) | ((w >> 16) & 0xf0f0u));  // high nibbles
+    // Selectors x + (x >> 12) of the masked nibbles, one mad_hi each (FMA pipe): low nibbles of
+    // bytes 0, 2, 1, 3, then the high ones. (lookup4 masks what it reads of bits 0-15.)
+    const uint32_t x0 = w & 0x0f0f0f0fu, x1 = (w >> 4) & 0x0f0f0f0fu;
+    r0 = lut.lookup4(mad_hi(x0, 1u << 20, x0));
+    r1 = lut.lookup4(mad_hi(x1, 1u << 20, x1));
   } else {
     const int i0 = 8 * (b & 3) + 2 * t;
     const uint32_t q = load_u16(grp + 2 + i0);
@@ -447,9 +504,9 @@ KVFLASH_HD void v_frags_turbo16_packed(const uint8_t* const (&vrow)[4], int n, i
         for (int pr = 0; pr < 2; ++pr) {
           const uint32_t h = y == 0 ? hp[pr] << 2 : hp[pr] >> (2 * y - 2);
           const uint32_t x = ((wp[pr] >> (2 * y)) & 0x03030303u) | (h & 0x04040404u);
-          sel[pr] = (x & 0x0f0fu) | ((x >> 12) & 0xf0f0u);
+          sel[pr] = mad_hi(x, 1u << 20, x);  // x + (x >> 12): nibbles 0, 4, 2, 6 of x (bits 0-15)
         }
-        const frag2 a = lut.lookup4(sel[0]), c = lut.lookup4(sel[1]);
+        const frag2 a = lut.lookup4_raw(sel[0]), c = lut.lookup4_raw(sel[1]);
         use(4 * y + 2 * m, a.x, c.x);
         use(4 * y + 2 * m + 1, a.y, c.y);
       }

@@ -108,8 +108,12 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 
   // Shared memory: [Q fragments][stage 0: K tile, V tile][stage 1: ...]
   uint4* q_frag = reinterpret_cast<uint4*>(smem);
-  // q8_0 / q4_0 K: the query's bias terms per 32-dim block and row, [block][row_block] (qk step).
-  float* const qc = reinterpret_cast<float*>(smem + p.n_mtiles * (p.dkc / 16) * 32 * 16);
+  // q8_0 / q4_0 K: the query's bias terms per 32-dim block and row, [block][row_block] (qk step);
+  // int8 Q.K^T: the rows' steps. After the Q fragments: 16 bytes per lane and 16-dim chunk, or
+  // with int8 Q.K^T per 32-dim block (decode_layout).
+  constexpr bool kS8K = int8_qk<KT, VT, NR, KS>();  // Q.K^T on int8 tensor cores
+  float* const qc =
+      reinterpret_cast<float*>(smem + p.n_mtiles * (p.dkc / (kS8K ? 32 : 16)) * 32 * 16);
   uint8_t* stage_base = smem + p.smem_q_bytes;
   const int k_tile_bytes = p.bk * p.sk_stride;
 
@@ -216,7 +220,6 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   if (n_tiles > 0) issue_tile(p, k_lo, 0);
   KVFLASH_TL(tl_cta, 2);
   cp_async_commit();
-  constexpr bool kS8K = int8_qk<KT, VT, NR, KS>();  // Q.K^T on int8 tensor cores
   pack_q_fragments<KT, NR, kS8K>(p, qs, q_frag, qc, stage_base, tid, lane, warp, sign_words,
                                  rows_here);
   [[maybe_unused]] float q_step[2] = {0.0f, 0.0f};  // kS8K: the steps of rows 2t, 2t + 1
@@ -396,7 +399,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 #pragma unroll 4
             for (int b = 0; b < (p.dkc >> 5); ++b) {
               const uint4 qp = qf8[b * 32];
-              const frag2 k0 = k_frag_s8(krow[0], b, t), k1 = k_frag_s8(krow[1], b, t);
+              const frag2 k0 = k_frag_s8<KT>(krow[0], b, t), k1 = k_frag_s8<KT>(krow[1], b, t);
               const uint4 a = make_uint4(k0.x, k1.x, k0.y, k1.y);
               int hi[4] = {0, 0, 0, 0}, lo[4] = {0, 0, 0, 0};
               imma16832(hi, a, qp.x, qp.y);

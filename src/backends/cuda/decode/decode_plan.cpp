@@ -59,17 +59,22 @@ DecodeLayout decode_layout(const AttentionProblem& p) {
   l.sv_stride = round_up(l.v_row_bytes + 4, 16);
   if (l.sv_stride % 128 == 0) l.sv_stride += 16;
 
-  l.smem_q_bytes = l.n_mtiles * (l.dkc / 16) * 32 * 16;
-  // q8_0 / q4_0 K with one query n-tile: the query's bias terms per row and 32-dim block follow
-  // the Q fragments; their per-chunk parts (prologue only) follow the staged Q rows in stage 1.
-  const bool fold = l.n_qtiles == 1 && (p.k_type == KvType::q8_0 || p.k_type == KvType::q4_0);
-  if (fold) l.smem_q_bytes += round_up(int64_t{l.row_block} * (l.dkc / 32) * 4, 128);
   const int32_t k_units = is_rotated(p.k_type) ? l.dkc / 128 : l.dkc / 32;  // split units
   const int32_t k_unit_blocks = is_rotated(p.k_type) ? 4 : 1;
   // (Instances for K = V types other than f32: gen_instances.py's SPLIT.)
   l.k_split = l.n_qtiles == 1 && l.n_dslices > 1 && k_units % l.n_dslices == 0 &&
               p.k_type == p.v_type && p.k_type != KvType::f32;
   l.k_share = l.k_split ? k_units / l.n_dslices * k_unit_blocks : l.dkc / 32;
+  l.int8_qk = uses_int8_qk(p.k_type, p.v_type, l.n_qtiles, l.k_split);
+
+  // Q's fragments: per lane 16 bytes per 16-dim chunk, with int8 Q.K^T per 32-dim block (two
+  // int8 planes). q8_0 / q4_0 K with one query n-tile: the query's bias terms per row and 32-dim
+  // block follow (int8: the rows' steps); their per-chunk parts (prologue only) follow the
+  // staged Q rows in stage 1. (Sized for f16 fragments, q8_0 K / turbo3 V's 128-key tiles missed
+  // the 4-CTA stage room below by 256 bytes and halved.)
+  l.smem_q_bytes = l.n_mtiles * (l.dkc / (l.int8_qk ? 32 : 16)) * 32 * 16;
+  const bool fold = l.n_qtiles == 1 && (p.k_type == KvType::q8_0 || p.k_type == KvType::q4_0);
+  if (fold) l.smem_q_bytes += round_up(int64_t{l.row_block} * (l.dkc / 32) * 4, 128);
   if (l.k_split) l.smem_q_bytes += kScoreXchgBytes;
 
   const int32_t per_key = l.k_row_bytes + l.v_row_bytes;

@@ -32,6 +32,7 @@ struct DecodeLayout {
   // (else k_share = all of K's blocks), and exchange their partial scores.
   bool k_split = false;
   int32_t k_share = 0;
+  bool int8_qk = false;  // Q.K^T on int8 tensor cores (uses_int8_qk): Q fragments per 32 dims
   int32_t bk = 64;
   int32_t sk_stride = 0, sv_stride = 0;
   int32_t smem_q_bytes = 0;
