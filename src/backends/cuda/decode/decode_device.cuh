@@ -329,11 +329,11 @@ __device__ void finalize_row(const DecodeParams& p, float* o, float m, float l, 
 // Whether the decode kernel computes Q.K^T on int8 tensor cores (mma m16n8k32 .s8): q8_0 or q4_0
 // K with one n-tile, no K split, turbo V. The raw codes are the A operand as stored (q4_0: as
 // 16 (c - 8), k_frag_s8), Q two int8 planes (15 bits) with a step per row (pack_q_fragments'
-// kS8). Measured on the H200 for q8_0 K (bench/results/2026-12-04-h200-imma-q8k; q4_0 K not yet
-// timed): turbo V, whose codebook lookups fill the integer pipe, 1.05-1.16x at 1M tokens (GQA 8:
-// 1.08-1.12x) and 1.22x at D 256; q8_0 and q4_0 V, whose steps wait on memory at depth,
-// 0.82-0.95x at 1M (with more DRAM traffic, not explained): they keep the f16 path, as do f16
-// and bf16 V (0.98-1.05x).
+// kS8). Measured on the H200 for q8_0 K (bench/results/2026-12-04-h200-imma-q8k): turbo V, whose
+// codebook lookups fill the integer pipe, 1.05-1.16x at 1M tokens (GQA 8: 1.08-1.12x) and 1.22x
+// at D 256; q8_0 and q4_0 V, whose steps wait on memory at depth, 0.82-0.95x at 1M (with more
+// DRAM traffic, not explained): they keep the f16 path, as do f16 and bf16 V (0.98-1.05x). q4_0 K
+// with turbo V: 1.04-1.12x at 1M (bench/results/2026-12-05-h200-lookups-room-q4k-ab).
 template <KvType KT, KvType VT, int NR, bool KS>
 constexpr bool int8_qk() {
   return uses_int8_qk(KT, VT, NR, KS);
