@@ -380,13 +380,17 @@ struct TurboLut {
       l = byte_perm(lo[0], lo[1], j);
       h = byte_perm(hi[0], hi[1], j) | byte_perm(0x80u, 0u, up);  // 0x80 below code 8
     }
-    return make_frag2(byte_perm(l, h, 0x5140u), byte_perm(l, h, 0x7362u));
+    return halves(l, h);
   }
 
   // turbo3: lookup4 for a selector whose bits 16-31 may hold anything (its nibbles have bit 3
   // clear), as mad_hi leaves them.
   KVFLASH_HD frag2 lookup4_raw(uint32_t s) const {
-    const uint32_t l = prmt_raw(lo[0], lo[1], s), h = prmt_raw(hi[0], hi[1], s);
+    return halves(prmt_raw(lo[0], lo[1], s), prmt_raw(hi[0], hi[1], s));
+  }
+
+  // Four looked-up low bytes l and high bytes h -> the f16 pairs {v0, v1}, {v2, v3}.
+  KVFLASH_HD static frag2 halves(uint32_t l, uint32_t h) {
     return make_frag2(byte_perm(l, h, 0x5140u), byte_perm(l, h, 0x7362u));
   }
 };
