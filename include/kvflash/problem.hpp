@@ -142,7 +142,11 @@ struct AttentionTensors {
   KvTensor k;                           // head_dim.k values per row, type k_type
   KvTensor v;                           // head_dim.v values per row, type v_type
   const int64_t* kv_lens = nullptr;     // (n_seqs) tokens in each sequence, <= kv_capacity;
-                                        // nullptr: every sequence holds kv_capacity tokens
+                                        // nullptr: every sequence holds kv_capacity tokens.
+                                        // Outside 0 .. kv_capacity: the CPU backend returns
+                                        // invalid_argument; cuda.decode (lengths on the
+                                        // device, unchecked without a sync) reads no key and
+                                        // writes NaN to the sequence's out and lse
   const float* mask = nullptr;          // (n_seqs, n_q_tokens, mask_stride), additive; -inf hides
   int64_t mask_stride = 0;              // >= kv_capacity
   const float* sinks = nullptr;         // (n_q_heads) sink logits (natural-log units)

@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu_test_util.hpp"
@@ -142,6 +144,66 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaDecode, ::testing::ValuesIn(decode_cases()),
                          [](const ::testing::TestParamInfo<DecodeCase>& param_info) {
                            return case_name(param_info.param);
                          });
+
+// Lengths live on the device, where the host cannot check them without a sync. One outside 0 ..
+// kv_capacity (an engine's bug) must read nothing past the cache (compute-sanitizer memcheck runs
+// this test; the bad sequence is the last one, so a read past its capacity leaves the buffer) and
+// make that sequence's out and lse NaN, a failure the caller sees, while the other sequence stays
+// exact. With and without the split merge (capacity 3000: splits; 64: one split).
+TEST(CudaDecodeLengths, OutsideTheCapacityGiveNaNRowsAndReadNothingPastTheCache) {
+  KVFLASH_REQUIRE_GPU();
+  using enum KvType;
+  const std::pair<KvType, KvType> types[] = {{f16, f16}, {q4_0, q4_0}, {q8_0, turbo3}};
+  for (const auto& [kt, vt] : types)
+    for (const int64_t cap : {int64_t{3000}, int64_t{64}})
+      for (const int64_t bad : {int64_t{-1}, cap + 1, int64_t{1} << 40}) {
+        SCOPED_TRACE(
+            fmt::format("{}/{} capacity {} length {}", to_string(kt), to_string(vt), cap, bad));
+        AttentionProblem p;
+        p.n_seqs = 2;
+        p.n_q_tokens = 1;
+        p.n_q_heads = 8;
+        p.n_kv_heads = 2;
+        p.head_dim = {128, 128};
+        p.k_type = kt;
+        p.v_type = vt;
+        p.kv_capacity = cap;
+        const Expected<Plan> pl = plan_cuda(p);
+        ASSERT_TRUE(pl.ok()) << pl.error().message;
+        HostInputs in = make_inputs(p, {cap / 2, cap}, 77 + static_cast<uint64_t>(cap));
+        Reference ref;
+        KVFLASH_ASSIGN_OR_FAIL(ref, reference(in));  // sequence 0's rows are the ones checked
+        in.kv_lens[1] = bad;
+        gpu::Stream stream;
+        KVFLASH_ASSIGN_OR_FAIL(stream, gpu::Stream::create());
+        DeviceInputs dev;
+        KVFLASH_ASSIGN_OR_FAIL(dev, stage(in, stream.handle()));
+        DeviceOutputs o;
+        KVFLASH_ASSIGN_OR_FAIL(o, allocate_outputs(*pl, stream.handle()));
+        KVFLASH_ASSERT_OK(
+            run(*pl, with_outputs(dev.tensors, o), o.workspace.data(), stream.handle()));
+        HostOutputs got;
+        KVFLASH_ASSIGN_OR_FAIL(got, read_outputs(o, stream));
+        KVFLASH_ASSERT_OK(gpu::last_error());
+        std::string guards;
+        KVFLASH_ASSIGN_OR_FAIL(guards, o.check_guards(stream));
+        EXPECT_EQ(guards, "");
+
+        const size_t rows = static_cast<size_t>(p.n_q_tokens) * p.n_q_heads;  // per sequence
+        const size_t dv = static_cast<size_t>(p.head_dim.v);
+        double err = 0.0, sig = 0.0;
+        for (size_t i = 0; i < rows * dv; ++i) {
+          const double d = double{got.out[i]} - ref.out[i];
+          err += d * d;
+          sig += ref.out[i] * ref.out[i];
+        }
+        EXPECT_LE(err / sig, kNmseBound) << "the sequence of valid length";
+        int64_t not_nan = 0;
+        for (size_t i = rows * dv; i < 2 * rows * dv; ++i) not_nan += !std::isnan(got.out[i]);
+        for (size_t r = rows; r < 2 * rows; ++r) not_nan += !std::isnan(got.lse[r]);
+        EXPECT_EQ(not_nan, 0) << "outputs and lse of the sequence of length " << bad;
+      }
+}
 
 }  // namespace
 }  // namespace kvflash::gputest

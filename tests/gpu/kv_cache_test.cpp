@@ -3,12 +3,14 @@
 // and from a captured graph replayed with new inputs; a step that does not fit marks the
 // sequence full and writes nothing; cuda.decode over the cache matches the float64 reference,
 // eagerly and replayed from a graph, and over a paged cache (shuffled pages; page sizes 16, 7
-// and 1) gives the contiguous cache's output bit for bit, as the reference does.
+// and 1) gives the contiguous cache's output bit for bit, as the reference does; a page table
+// entry outside the pool gives NaN rows for its sequence and reads nothing outside the pool.
 #include "kvflash/kv_cache.hpp"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -304,6 +306,75 @@ TEST(GpuKvCache, AttentionOverContiguousAndPagedCachesMatchesEagerAndReplayed) {
           << "graph replay differs from the eager run";
     }
   }
+}
+
+// Page tables live on the device, where the host cannot check them at each call: an entry
+// outside 0 .. n_pages - 1 (an engine's bug; KvCache::set_page_table checks the tables it is
+// given) must make cuda.decode read nothing outside the pool (compute-sanitizer memcheck runs
+// this test) and give NaN rows for that sequence, the other sequence's rows unchanged bit for bit.
+TEST(GpuKvCache, PageTableEntriesOutsideThePoolGiveNaNRowsAndReadNothingOutsideIt) {
+  KVFLASH_REQUIRE_GPU();
+  gpu::Stream stream;
+  KVFLASH_ASSIGN_OR_FAIL(stream, gpu::Stream::create());
+  void* const s = stream.handle();
+  for (const KvType type : {KvType::f16, KvType::q4_0})
+    for (const int32_t bad : {-1, 1 << 30}) {
+      SCOPED_TRACE(std::string(to_string(type)) + " entry " + std::to_string(bad));
+      gpu::KvCacheConfig cfg;
+      cfg.n_seqs = 2;
+      cfg.n_kv_heads = 2;
+      cfg.head_dim = {128, 128};
+      cfg.layers = {{type, type}};
+      cfg.capacity = 1000;
+      cfg.page_size = 16;
+      gpu::KvCache cache;
+      KVFLASH_ASSIGN_OR_FAIL(cache, gpu::KvCache::create(cfg, s));
+      KVFLASH_ASSERT_OK(cache.set_page_table(shuffled_table(cache, 3), s));
+      const int32_t len = 1000;
+      const size_t n_rows = size_t(cfg.n_seqs) * len * cfg.n_kv_heads;
+      const std::vector<float> kf = gaussian(n_rows * 128, 11), vf = gaussian(n_rows * 128, 12);
+      const int32_t n_q_heads = 8;
+      const std::vector<float> q = gaussian(size_t(cfg.n_seqs) * n_q_heads * 128, 13);
+      gpu::DeviceBuffer kd, vd, qd;
+      KVFLASH_ASSIGN_OR_FAIL(kd, gpu::DeviceBuffer::allocate(kf.size() * sizeof(float)));
+      KVFLASH_ASSIGN_OR_FAIL(vd, gpu::DeviceBuffer::allocate(vf.size() * sizeof(float)));
+      KVFLASH_ASSIGN_OR_FAIL(qd, gpu::DeviceBuffer::allocate(q.size() * sizeof(float)));
+      KVFLASH_ASSERT_OK(gpu::copy(kd.data(), kf.data(), kf.size() * sizeof(float), s));
+      KVFLASH_ASSERT_OK(gpu::copy(vd.data(), vf.data(), vf.size() * sizeof(float), s));
+      KVFLASH_ASSERT_OK(gpu::copy(qd.data(), q.data(), q.size() * sizeof(float), s));
+      KVFLASH_ASSERT_OK(cache.begin_step(len, s));
+      KVFLASH_ASSERT_OK(cache.append(0, static_cast<const float*>(kd.data()),
+                                     static_cast<const float*>(vd.data()), len, s));
+      const AttentionProblem p = cache.problem(0, n_q_heads, 1);
+      const Expected<Plan> pl = plan_cuda(p);
+      ASSERT_TRUE(pl.ok()) << pl.error().message;
+      DeviceOutputs o;
+      KVFLASH_ASSIGN_OR_FAIL(o, allocate_outputs(*pl, s));
+      const AttentionTensors t =
+          with_outputs(cache.tensors(0, static_cast<const float*>(qd.data()), nullptr), o);
+      KVFLASH_ASSERT_OK(run(*pl, t, o.workspace.data(), s));
+      HostOutputs good;
+      KVFLASH_ASSIGN_OR_FAIL(good, read_outputs(o, stream));
+
+      // Sequence 1's page 10 (its tokens 160-175, K and V share the table) points outside.
+      auto* entry = const_cast<int32_t*>(cache.page_table()) + cache.pages_per_seq() + 10;
+      KVFLASH_ASSERT_OK(gpu::copy(entry, &bad, sizeof bad, s));
+      KVFLASH_ASSERT_OK(o.poison(s));
+      KVFLASH_ASSERT_OK(run(*pl, t, o.workspace.data(), s));
+      HostOutputs got;
+      KVFLASH_ASSIGN_OR_FAIL(got, read_outputs(o, stream));
+      KVFLASH_ASSERT_OK(gpu::last_error());
+      std::string guards;
+      KVFLASH_ASSIGN_OR_FAIL(guards, o.check_guards(stream));
+      EXPECT_EQ(guards, "");
+      const size_t per_seq = size_t(n_q_heads) * 128;
+      EXPECT_EQ(std::memcmp(got.out.data(), good.out.data(), per_seq * sizeof(float)), 0)
+          << "sequence 0 (its table intact) changed";
+      int64_t not_nan = 0;
+      for (size_t i = per_seq; i < 2 * per_seq; ++i) not_nan += !std::isnan(got.out[i]);
+      for (size_t r = n_q_heads; r < 2 * size_t(n_q_heads); ++r) not_nan += !std::isnan(got.lse[r]);
+      EXPECT_EQ(not_nan, 0) << "outputs and lse of sequence 1";
+    }
 }
 
 TEST(GpuKvCache, ConfigErrorsNameTheField) {

@@ -155,6 +155,7 @@ struct TileIssue {
   const uint8_t* k_base;
   const uint8_t* v_base;
   uint64_t* tile_bar;  // per stage: the TMA copies' completion
+  int* bad_page;       // set when a page table entry is outside 0 .. n_pages - 1
   int64_t k_hi;
   int k_tile_bytes, kvh, seq, tid;
   bool k_fast, v_fast;
@@ -218,8 +219,15 @@ struct TileIssue {
         const uint8_t* src0;
         int seg_rows;
         if (p.page_size > 0) {
-          // Rows past the end (zero-filled) need no page.
-          const int32_t slot = seg < rows_valid ? table[page] : 0;
+          // Rows past the end (zero-filled) need no page. A page number outside 0 .. n_pages - 1
+          // (an engine's bug in a table on the device) reads page 0 instead, never memory
+          // outside the pool, and the epilogue writes NaN for the sequence. (Every thread reads
+          // the same entry; thread 0 alone flags it, so no two threads write the flag.)
+          int32_t slot = seg < rows_valid ? table[page] : 0;
+          if (static_cast<uint32_t>(slot) >= static_cast<uint32_t>(which == 0 ? p.k_np : p.v_np)) {
+            if (tid == 0) *bad_page = 1;
+            slot = 0;
+          }
           src0 = base + int64_t{slot} * (which == 0 ? p.k_sp : p.v_sp) + int64_t{in_page} * stride;
           seg_rows = min(p.bk - seg, static_cast<int>(ups - in_page));
           ++page;

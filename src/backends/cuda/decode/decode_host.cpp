@@ -209,6 +209,7 @@ Status run_decode(const Plan& plan, const AttentionTensors& t, void* workspace, 
   d.k = static_cast<const uint8_t*>(t.k.data);
   d.v = static_cast<const uint8_t*>(t.v.data);
   d.kv_lens = t.kv_lens;
+  d.kv_capacity = p.kv_capacity;
   d.mask = t.mask;
   d.sinks = t.sinks;
   d.alibi = t.alibi_slopes;
@@ -230,6 +231,8 @@ Status run_decode(const Plan& plan, const AttentionTensors& t, void* workspace, 
     d.page_size = p.page_size;
     d.k_pps = t.k.pages_per_seq;
     d.v_pps = t.v.pages_per_seq;
+    d.k_np = static_cast<int32_t>(std::min<int64_t>(t.k.n_pages, INT32_MAX));
+    d.v_np = static_cast<int32_t>(std::min<int64_t>(t.v.n_pages, INT32_MAX));
   }
   d.mask_stride = t.mask_stride;
   d.window = p.window;

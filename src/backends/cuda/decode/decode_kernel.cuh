@@ -50,6 +50,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   __shared__ float lut_k[16], lut_v[16];
   __shared__ uint32_t sign_words[4];
   __shared__ uint64_t tile_bar[kMaxStages];  // per stage: the TMA copies' completion
+  __shared__ int bad_page;  // a paged table's entry outside 0 .. n_pages - 1 was met (TileIssue)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -95,8 +96,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   const int64_t len = p.kv_lens[seq];
 
   // Keys any row can see: all before len (the last query sits at len - 1), and with a window
-  // none before the first query's window.
-  int64_t lo = 0, hi = len;
+  // none before the first query's window. Lengths live on the device, where the host cannot
+  // check them without a sync: hi stops at kv_capacity, so a length outside 0 .. kv_capacity (an
+  // engine's bug) reads nothing past the cache (a negative one nothing at all), and the epilogue
+  // writes NaN for its sequence (the CPU backend returns an error for it).
+  int64_t lo = 0, hi = min(len, p.kv_capacity);
   if (p.window > 0) lo = max(int64_t{0}, len - p.n_q_tokens - p.window + 1);
   if (hi < lo) hi = lo;
   const int64_t span = hi - lo + p.n_splits - 1;
@@ -122,6 +126,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     lut_v[tid] = centroid<VT>(tid);
   }
   if (tid < 4) sign_words[tid] = sign_word(tid);
+  if (tid == 0) bad_page = 0;
   if (p.tma_bytes > 0 && tid == 0) {
     for (int st = 0; st < p.n_stages; ++st) mbar_init(&tile_bar[st], 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -149,6 +154,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
                              k_base,
                              v_base,
                              tile_bar,
+                             &bad_page,
                              k_hi,
                              k_tile_bytes,
                              kvh,
@@ -628,8 +634,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   cp_async_wait<0>();
   KVFLASH_TL(tl_cta, 4);
 
-  decode_epilogue<VT, NR>(p, rs, smem, sign_words, tid, lane, warp, g, t, kg, mt, ds, nt, active,
-                          row0, rows_here, seq, kvh, split, tl_cta);
+  decode_epilogue<VT, NR>(p, rs, smem, sign_words, &bad_page, tid, lane, warp, g, t, kg, mt, ds, nt,
+                          active, row0, rows_here, seq, kvh, split, tl_cta);
 }
 
 }  // namespace kvflash::cuda::decode

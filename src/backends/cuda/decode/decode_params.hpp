@@ -97,6 +97,7 @@ struct DecodeParams {
   const int32_t* v_pages;
   int64_t k_sp, v_sp;
   int32_t page_size, k_pps, v_pps;
+  int32_t k_np, v_np;  // pages in the pool (n_pages, at most 2^31 - 1: entries are int32)
   int64_t mask_stride;
   int64_t window;
   float scale;
@@ -132,6 +133,7 @@ struct DecodeParams {
       div_kv_heads, div_stages;
   FastDiv div_k_units, div_v_units;  // copy units per K / V row (see copy_rows)
   int32_t k_pass, v_pass;            // rows per pass of the tile copy: kThreads / units
+  int64_t kv_capacity;  // a length outside 0 .. kv_capacity reads no key and gives NaN rows
 };
 
 }  // namespace kvflash::cuda::decode
