@@ -520,6 +520,36 @@ TEST(CudaDecodePlan, SplitsFillTheMachineAndKeepSplitsNonTrivial) {
   EXPECT_EQ(decode_workspace_bytes(p, l, 3), size_t{64} * 8 * 3 * 4 * (128 + 2) * 4);
 }
 
+// Above four CTAs per SM, the split count that gives the busiest SM the fewest whole tiles:
+// q8_0 K / turbo4 V (64-key tiles, five CTAs per SM) at 32K tokens in 82 splits is 400 keys
+// (7 tiles) per CTA and five CTAs on most SMs, 35 tiles; 66 splits of 512 keys on four, 32.
+// At 1M both come to ~1000 tiles and the five CTAs per SM stay.
+TEST(CudaDecodePlan, SplitsAboveFourCtasPerSmTakeTheFewestTilesPerSm) {
+  AttentionProblem p = problem(1, 32, 8, {128, 128}, 32768);
+  p.k_type = KvType::q8_0;
+  p.v_type = KvType::turbo4;
+  const DecodeLayout l = decode_layout(p);
+  ASSERT_EQ(l.bk, 64);
+  EXPECT_EQ(busiest_sm_tiles(32768, 8, 82, 64, 132), 35);
+  EXPECT_EQ(busiest_sm_tiles(32768, 8, 66, 64, 132), 32);
+  EXPECT_EQ(busiest_sm_tiles(100, 8, 2, 64, 132), 1);  // 2 x 8 CTAs, one 64-key tile each
+  EXPECT_EQ(decode_splits(p, l, 132, 5), 66);
+  EXPECT_EQ(decode_splits(p, l, 132, 4), 66);
+  p.kv_capacity = 4096;  // 64 splits (the 64-key floor) either way
+  EXPECT_EQ(decode_splits(p, l, 132, 5), 64);
+  p.kv_capacity = 1 << 20;
+  EXPECT_EQ(decode_splits(p, l, 132, 5), 82);
+  p.kv_capacity = 1 << 17;  // 25 tiles x 5 against 32 x 4
+  EXPECT_EQ(decode_splits(p, l, 132, 5), 82);
+  // A window bounds the keys: 32K of them at 1M capacity split as 32K.
+  p.kv_capacity = 1 << 20;
+  p.window = 32768;
+  EXPECT_EQ(decode_splits(p, l, 132, 5), 66);
+  // Four or fewer CTAs per SM: the whole-wave count, whatever the tiles (f16 at 3 per SM).
+  p = problem(1, 32, 8, {128, 128}, 4096);
+  EXPECT_EQ(decode_splits(p, decode_layout(p), 132, 3), 49);
+}
+
 }  // namespace
 }  // namespace kvflash::cuda::decode
 

@@ -43,12 +43,20 @@ struct DecodeLayout {
 
 DecodeLayout decode_layout(const AttentionProblem& p);
 
-// KV splits per (sequence, KV head, row block): enough CTAs to fill `sm_count` x `ctas_per_sm`
-// slots, never more than leaves kMinKeysPerSplit keys per split at kv_capacity.
+// KV splits per (sequence, KV head, row block): enough CTAs to fill `sm_count` x r slots, r =
+// `ctas_per_sm`, or where that is above kCtasPerSm, the r from kCtasPerSm up whose busiest SM
+// gets the fewest whole tiles at kv_capacity (within kSplitLoadSlack percent; ties to the larger
+// r); never more than leaves kMinKeysPerSplit keys per split.
+inline constexpr int64_t kSplitLoadSlack = 105;
 int32_t decode_splits(const AttentionProblem& p, const DecodeLayout& l, int32_t sm_count,
                       int32_t ctas_per_sm);
 
 // Workspace bytes for the partial states (0 with one split).
+// Whole tiles of `bk` keys on the busiest of `sm_count` SMs when `keys` split `splits` ways
+// (the kernel's 16-key rounded chunks) for each of `ctas_per_split` (sequence, KV head, row
+// block) CTAs.
+int64_t busiest_sm_tiles(int64_t keys, int64_t ctas_per_split, int64_t splits, int32_t bk,
+                         int32_t sm_count);
 size_t decode_workspace_bytes(const AttentionProblem& p, const DecodeLayout& l, int32_t n_splits);
 
 // How the tile copy reads a tensor's rows: 16 or 8 bytes when every row start is so aligned;
