@@ -81,7 +81,7 @@ ab_gpu_checks() {
   return 0
 }
 
-# ab_unpack_prebuilt DIR BUILD: the binaries scripts/ab_prebuild.sh packed into DIR (xz) unpacked
+# ab_unpack_prebuilt DIR BUILD: the binaries dev/ab_prebuild.sh packed into DIR (xz) unpacked
 # into BUILD, where ab_gpu_checks and the bench runs look for them: BUILD/tools/bench/kvflash-bench
 # (A), BUILD/bench-b/kvflash-bench (B), BUILD/tests/test_gpu_attention and
 # BUILD/tools/parity/kvflash-parity (A). Returns 1, saying which, if one is missing.

@@ -3,9 +3,9 @@
 # tree with a patch applied (or reverse-applied with -R). Both kvflash-bench binaries are built,
 # then run in turns (ROUNDS times each, alternating) with the same flags; ab.md lists each row's
 # median over the rounds of the per-run medians, A against B.
-#   scripts/ab_gpu.sh OUTDIR PATCH [-R] ROUNDS -- kvflash-bench flags...
+#   dev/ab_gpu.sh OUTDIR PATCH [-R] ROUNDS -- kvflash-bench flags...
 set -uo pipefail
-out=${1:?usage: scripts/ab_gpu.sh OUTDIR PATCH [-R] ROUNDS -- BENCH FLAGS}
+out=${1:?usage: dev/ab_gpu.sh OUTDIR PATCH [-R] ROUNDS -- BENCH FLAGS}
 patch=${2:?patch file}
 shift 2
 reverse=()
@@ -17,8 +17,8 @@ mkdir -p "$out"
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/gpu_deps.sh
 source scripts/gpu_deps.sh || exit 1
-# shellcheck source=scripts/ab_trees.sh
-source scripts/ab_trees.sh
+# shellcheck source=dev/ab_trees.sh
+source dev/ab_trees.sh
 ab_build_trees "$out" "$patch" ab "${reverse[@]}" || exit 1
 for r in $(seq "$rounds"); do
   "$bench_a" --backend cuda --no-progress -o csv "$@" > "$out/a_$r.csv" 2>> "$out/err.txt"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# usage: prof.sh OUT BENCH  -- ncu source pages of decode at 4K for f16 and q4_0
+# usage: dev/profile_4k.sh OUT BENCH  -- ncu source pages of decode at 4K for f16 and q4_0
 out=$1; bench=$2
 for t in f16 q4_0; do
   ncu --clock-control none --cache-control none -k regex:decode_kernel -s 3 -c 1 --set full --import-source yes \

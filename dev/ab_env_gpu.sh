@@ -8,11 +8,11 @@
 # variant, in turns. Writes OUT/checks.txt, the CSVs and OUT/variants.md (medians over the rounds
 # of the per-run medians; B/A > 1: the variant is faster than HEAD).
 # AB_CHECKS=first runs the sanitizers under the first variant only. AB_PREBUILT=DIR (a carried
-# folder from scripts/ab_prebuild.sh) takes both trees' binaries from DIR instead of building them
+# folder from dev/ab_prebuild.sh) takes both trees' binaries from DIR instead of building them
 # here: the build is most of an A/B call's device time.
-#   AB_ENVS="X=0 X=1 X=2" [AB_EXTRA="FLAGS|FLAGS"] scripts/ab_env_gpu.sh OUT ROUNDS -- FLAGS...
+#   AB_ENVS="X=0 X=1 X=2" [AB_EXTRA="FLAGS|FLAGS"] dev/ab_env_gpu.sh OUT ROUNDS -- FLAGS...
 set -u
-out=${1:?usage: AB_ENVS="..." scripts/ab_env_gpu.sh OUT ROUNDS -- BENCH FLAGS}
+out=${1:?usage: AB_ENVS="..." dev/ab_env_gpu.sh OUT ROUNDS -- BENCH FLAGS}
 rounds=${2:?rounds}
 shift 2
 [ "${1:-}" = "--" ] && shift
@@ -21,10 +21,10 @@ cd "$(dirname "$0")/.." || exit 1
 mkdir -p "$out"
 # shellcheck source=scripts/gpu_deps.sh
 source scripts/gpu_deps.sh || exit 1
-# shellcheck source=scripts/ab_trees.sh
-source scripts/ab_trees.sh
+# shellcheck source=dev/ab_trees.sh
+source dev/ab_trees.sh
 if [ -n "${AB_PREBUILT:-}" ]; then
-  # Binaries built on the CPU machine (scripts/ab_prebuild.sh): no build here.
+  # Binaries built on the CPU machine (dev/ab_prebuild.sh): no build here.
   ab_unpack_prebuilt "$AB_PREBUILT" build/ab-a || exit 1
   bench_a=build/ab-a/tools/bench/kvflash-bench
   bench_b=build/ab-a/bench-b/kvflash-bench

@@ -4,7 +4,7 @@
 //   l2cold   256 MB written just before (the kernel's code is no longer in the L2)
 //   evictN   a different kernel of N KB of code ran just before (the L2 still holds this one)
 // Prints the median and max over the CTAs of the in-kernel time, and the event time.
-//   nvcc -O3 -arch=sm_90 -std=c++17 scripts/icache_probe.cu -o icache_probe && ./icache_probe
+//   nvcc -O3 -arch=sm_90 -std=c++17 dev/icache_probe.cu -o icache_probe && ./icache_probe
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -2,7 +2,7 @@
 """The basic blocks of one kernel's SASS, without a profiler run:
 
     cuobjdump -sass OBJ_OR_CUBIN > K.sass     (or: nvdisasm -c CUBIN > K.sass)
-    scripts/sass_blocks.py K.sass KERNEL_SUBSTRING [--min-mma 1] [--show ADDR ...]
+    dev/sass_blocks.py K.sass KERNEL_SUBSTRING [--min-mma 1] [--show ADDR ...]
 
 Splits the kernel's code at branch targets and after branches, barriers and exits, and prints
 one line per block: start address, instruction count, MMAs, shared-memory loads and stores, and

@@ -14,7 +14,7 @@
 //
 // Checks the scores of N random keys (random codes and norms) and 4 random query heads against
 // float64 for P = 8..16 and prints the NMSE; the decode kernel's bar is 1e-5.
-//   nvcc -O3 -arch=sm_90 -std=c++20 -I include scripts/bmma_k_probe.cu -o p && ./p
+//   nvcc -O3 -arch=sm_90 -std=c++20 -I include dev/bmma_k_probe.cu -o p && ./p
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 

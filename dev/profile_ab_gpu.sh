@@ -3,17 +3,17 @@
 # of each point, for this tree (A) and this tree with PATCH applied (B), in one GPU session: why
 # one version is slower, in stall reasons rather than microseconds. profile_a.txt / profile_b.txt
 # in OUTDIR and a summary of the lines that say most.
-#   scripts/profile_ab_gpu.sh OUTDIR PATCH TYPE:DEPTH[:NQ] ...    e.g. q4_0:262144:8
+#   dev/profile_ab_gpu.sh OUTDIR PATCH TYPE:DEPTH[:NQ] ...    e.g. q4_0:262144:8
 set -uo pipefail
-out=${1:?usage: scripts/profile_ab_gpu.sh OUTDIR PATCH TYPE:DEPTH[:NQ] ...}
+out=${1:?usage: dev/profile_ab_gpu.sh OUTDIR PATCH TYPE:DEPTH[:NQ] ...}
 patch=${2:?patch file}
 shift 2
 mkdir -p "$out"
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=scripts/gpu_deps.sh
 source scripts/gpu_deps.sh || exit 1
-# shellcheck source=scripts/ab_trees.sh
-source scripts/ab_trees.sh
+# shellcheck source=dev/ab_trees.sh
+source dev/ab_trees.sh
 ab_build_trees "$out" "$patch" prof || exit 1
 for side in a b; do
   bench=$bench_a

@@ -3,7 +3,7 @@
 # (A first, then B first, ...) with the same arguments and prints, per (K, V, depth), each side's
 # median of the per-run medians and the ratio B / A of times. Alternating cancels slow drifts of the machine
 # (shared hosts change speed by tens of percent within minutes).
-# usage: scripts/ab_bench.sh A_BIN B_BIN ROUNDS [kvflash-bench arguments...]
+# usage: dev/ab_bench.sh A_BIN B_BIN ROUNDS [kvflash-bench arguments...]
 set -euo pipefail
 if [[ $# -lt 3 ]]; then
   sed -n '2,7p' "$0"

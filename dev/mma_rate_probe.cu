@@ -5,7 +5,7 @@
 // chain k feed chain k's next MMA), 8 warps per CTA, 4 CTAs per SM. Prints the rate as MMAs per
 // SM per cycle and as dense TOPS (2 ops per multiply-add; binary: one AND+POPC per bit pair),
 // and checks one MMA's result on known operands (all-ones bits: 256 per output).
-//   nvcc -O3 -arch=sm_90 -std=c++17 scripts/mma_rate_probe.cu -o mma_rate_probe && ./mma_rate_probe
+//   nvcc -O3 -arch=sm_90 -std=c++17 dev/mma_rate_probe.cu -o mma_rate_probe && ./mma_rate_probe
 #include <cuda_runtime.h>
 
 #include <cstdio>

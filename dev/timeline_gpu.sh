@@ -5,9 +5,9 @@
 # after wait, done), runs one bench process per point and prints the last call's phases
 # (µs after the first decode CTA started, min / p10 / median / p90 / max over CTAs). With
 # KVFLASH_TL_SASS=1 also the SASS of the one-token kernels of a few types (sass_*.txt.gz).
-#   scripts/timeline_gpu.sh OUTDIR [TYPE:DEPTH[:NQ] ...]
+#   dev/timeline_gpu.sh OUTDIR [TYPE:DEPTH[:NQ] ...]
 set -uo pipefail
-out=${1:?usage: scripts/timeline_gpu.sh OUTDIR [TYPE:DEPTH[:NQ] ...]}
+out=${1:?usage: dev/timeline_gpu.sh OUTDIR [TYPE:DEPTH[:NQ] ...]}
 shift
 mkdir -p "$out"
 cd "$(dirname "$0")/.." || exit 1

@@ -3,7 +3,7 @@
 # with each PATCH applied (-R before a patch: reverse-applied, so that the patch is the change
 # under test and B the tree without it). Builds every tree in parallel (A also
 # test_gpu_attention, run once), then runs the kvflash-loop binaries in turns, ROUNDS times each:
-#   scripts/ab_loop_gpu.sh OUTDIR ROUNDS [-R] PATCH [[-R] PATCH ...] -- kvflash-loop flags...
+#   dev/ab_loop_gpu.sh OUTDIR ROUNDS [-R] PATCH [[-R] PATCH ...] -- kvflash-loop flags...
 # e.g. the code of an older commit as one variant: `git diff OLD HEAD -- src include tools tests
 # CMakeLists.txt > old.patch`, then `-R old.patch`.
 set -uo pipefail
@@ -20,8 +20,8 @@ mkdir -p "$out"; out=$(realpath "$out")
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=scripts/gpu_deps.sh
 source scripts/gpu_deps.sh || exit 1
-# shellcheck source=scripts/ab_trees.sh
-source scripts/ab_trees.sh
+# shellcheck source=dev/ab_trees.sh
+source dev/ab_trees.sh
 n_trees=$((${#patches[@]} + 1))
 jobs=$(( $(nproc) / n_trees > 0 ? $(nproc) / n_trees : 1 ))
 tags=(a); builds=("$PWD/build/ab-a")

@@ -2,7 +2,7 @@
 """Where a kernel's warps stall, from Nsight Compute's source page as CSV:
 
     ncu -i REPORT.ncu-rep --page source --csv --print-source sass > K.csv
-    scripts/sass_profile.py K.csv [--top N]
+    dev/sass_profile.py K.csv [--top N]
 
 Splits the SASS into prologue (before the first HMMA), main loop and epilogue (after the last
 HMMA) and prints, per region, the share of warp-stall samples, instructions executed and the top

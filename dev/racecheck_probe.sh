@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Repeats compute-sanitizer racecheck (full reports) over a gtest filter of the GPU decode tests,
 # for a hazard that shows in some runs only. Builds test_gpu_attention first.
-#   scripts/racecheck_probe.sh OUTDIR [RUNS [FILTER]]
-#   e.g. scripts/racecheck_probe.sh "$OUT" 3 'Cases/CudaDecode.*d256*:Cases/CudaDecode.*d512*'
+#   dev/racecheck_probe.sh OUTDIR [RUNS [FILTER]]
+#   e.g. dev/racecheck_probe.sh "$OUT" 3 'Cases/CudaDecode.*d256*:Cases/CudaDecode.*d512*'
 set -u
-out=${1:?usage: scripts/racecheck_probe.sh OUTDIR [RUNS [FILTER]]}
+out=${1:?usage: dev/racecheck_probe.sh OUTDIR [RUNS [FILTER]]}
 runs=${2:-3}
 filter=${3:-Cases/CudaDecode.*d256*:Cases/CudaDecode.*d512*}
 cd "$(dirname "$0")/.." || exit 1

@@ -2,11 +2,11 @@
 # Where the decode kernel's warps stall, per point: builds kvflash-bench, runs Nsight Compute's
 # warp-state, scheduler, instruction and occupancy sections on the decode kernel of each
 # TYPE:DEPTH point (profile.txt), the per-instruction source page of the first point
-# (first_sass.csv.gz, read it with scripts/sass_profile.py), and the SASS of the one-token kernels
+# (first_sass.csv.gz, read it with dev/sass_profile.py), and the SASS of the one-token kernels
 # of the points' K types (sass_<type>_r1.txt.gz: their code sizes and loop layout).
-#   scripts/profile_gpu.sh OUTDIR [TYPE:DEPTH ...]    (default: turbo3, turbo4, q8_0, q4_0 at 256K)
+#   dev/profile_gpu.sh OUTDIR [TYPE:DEPTH ...]    (default: turbo3, turbo4, q8_0, q4_0 at 256K)
 set -uo pipefail
-out=${1:?usage: scripts/profile_gpu.sh OUTDIR [TYPE:DEPTH ...]}
+out=${1:?usage: dev/profile_gpu.sh OUTDIR [TYPE:DEPTH ...]}
 shift
 mkdir -p "$out"
 cd "$(dirname "$0")/.." || exit 1

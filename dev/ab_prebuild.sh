@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Builds both trees of an A/B on this (CPU) machine and packs the binaries a GPU A/B call needs
 # into DIR (under the repository, ignored: carry it), so the device call skips its build
-# (scripts/ab_env_gpu.sh with AB_PREBUILT=DIR): A = this tree (kvflash-bench,
+# (dev/ab_env_gpu.sh with AB_PREBUILT=DIR): A = this tree (kvflash-bench,
 # test_gpu_attention, kvflash-parity), B = this tree with x.patch reverse-applied (kvflash-bench).
 # About 11 minutes on 2 cores from scratch (7 with A built already); 40 MB of xz.
 #   git diff HEAD -- src include tools tests CMakeLists.txt > x.patch
-#   scripts/ab_prebuild.sh build/carry
+#   dev/ab_prebuild.sh build/carry
 set -u
-dir=${1:?usage: scripts/ab_prebuild.sh DIR}
+dir=${1:?usage: dev/ab_prebuild.sh DIR}
 cd "$(dirname "$0")/.." || exit 1
-# shellcheck source=scripts/ab_trees.sh
-source scripts/ab_trees.sh
+# shellcheck source=dev/ab_trees.sh
+source dev/ab_trees.sh
 mkdir -p "$dir"
 ab_copy_tree /tmp/prebuild-b x.patch "$dir/patch.txt" -R || exit 1
 build() {  # source, build dir, targets...
