@@ -1,6 +1,6 @@
 // A prototype of turbo2 K scores on the binary tensor cores, to check the idea of
-// bench/results/2026-12-03-h200-turbo-alu-bound/ before it goes into the decode kernel: no
-// codebook lookups, the stored rows as the A operand of BMMA m16n8k256 AND+POPC.
+// bench/results/2026-12-03-h200-turbo-alu-bound/ (at 0f3b3b4) before it goes into the decode
+// kernel: no codebook lookups, the stored rows as the A operand of BMMA m16n8k256 AND+POPC.
 //
 // A symmetric 4-level codebook {-B, -A, A, B} (code = b0 + 2 b1, ascending) is linear in the
 // code's bits: c = -B + (B - A) b0 + (A + B) b1. So q.k = norm * (-B sum(q) + (B - A) sum(q b0)
