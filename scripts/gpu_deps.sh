@@ -1,11 +1,11 @@
 # shellcheck shell=bash disable=SC2034  # prefix_args is read by the sourcing script
-# Sourced by the GPU scripts (gpu_run.sh, ab_gpu.sh, ab_gpu_checked.sh, ab_loop_gpu.sh) from the
-# repository root: the GPU machine may lack the Debian -dev packages kvflash builds with (fmt,
-# CLI11, nlohmann-json, GoogleTest); if so they are unpacked from .debs/ (fetch them on a Debian
-# machine with `apt-get download libfmt-dev libfmt9 libcli11-dev nlohmann-json3-dev libgtest-dev
-# libgmock-dev` into .debs/ and carry that folder) into a private prefix. Sets `prefix_args` (the
-# cmake arguments for that prefix, empty where the system has the headers) and LD_LIBRARY_PATH;
-# returns 1, saying what is missing, where neither has them.
+# Sourced by the GPU scripts (scripts/gpu_run.sh; the lab's dev/ab_gpu.sh, dev/profile_gpu.sh, ...)
+# from the repository root: the GPU machine may lack the Debian -dev packages kvflash builds with
+# (fmt, CLI11, nlohmann-json, GoogleTest); if so they are unpacked from .debs/ (fetch them on a
+# Debian machine with `apt-get download libfmt-dev libfmt9 libcli11-dev nlohmann-json3-dev
+# libgtest-dev libgmock-dev` into .debs/ and carry that folder) into a private prefix. Sets
+# `prefix_args` (the cmake arguments for that prefix, empty where the system has the headers) and
+# LD_LIBRARY_PATH; returns 1, saying what is missing, where neither has them.
 prefix_args=()
 if [ ! -f /usr/include/fmt/format.h ] || [ ! -f /usr/include/CLI/CLI.hpp ] ||
    [ ! -f /usr/include/nlohmann/json.hpp ] || [ ! -f /usr/include/gtest/gtest.h ]; then
