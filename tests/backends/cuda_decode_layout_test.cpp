@@ -489,6 +489,16 @@ TEST(CudaDecodePlan, EveryPointOfTheSpaceHasAConsistentLayout) {
             EXPECT_LE(l.slice_w, 128);
             EXPECT_EQ(l.dkc % 32, 0);
             EXPECT_EQ(l.bk % (16 * l.n_kgroups), 0);
+            // TMA boxes: whole 16-key steps that tile bk, each box's start in shared memory
+            // 128-byte aligned (the copy's condition), at most 256 rows (the box limit).
+            const int32_t box = tile_box(l);
+            EXPECT_EQ(box % 16, 0);
+            EXPECT_EQ(l.bk % box, 0);
+            EXPECT_LE(box, 256);
+            EXPECT_EQ(box * l.sk_stride % 128, 0);
+            EXPECT_EQ(box * l.sv_stride % 128, 0);
+            EXPECT_EQ(tile_step_rows(l) % box, 0);
+            EXPECT_LE(2 * tile_step_rows(l), l.bk);
             EXPECT_EQ(l.sk_stride % 16, 0);
             EXPECT_EQ(l.sv_stride % 16, 0);
             EXPECT_GE(l.sk_stride, l.k_row_bytes + 4);

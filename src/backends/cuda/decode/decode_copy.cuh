@@ -150,42 +150,68 @@ __device__ __forceinline__ void copy_tile(const TileCopy& c, const uint8_t* row0
 // this thread's unit and rows worked out from tid in a few instructions per tile; paged tensors
 // and 8- or 4-byte units the general path below. Quantized tiles of contiguous caches go by TMA
 // instead (p.tma_k / p.tma_v). The members are the CTA's constants, set in the kernel's prologue.
+// kTma: the kernel's K or V type can go by TMA (not both float: tma_copyable); else the TMA code
+// is compiled out (p.tma_bytes is 0 for such kernels).
+template <bool kTma>
 struct TileIssue {
   uint8_t* stage_base;
   const uint8_t* k_base;
   const uint8_t* v_base;
   uint64_t* tile_bar;  // per stage: the TMA copies' completion
-  int* bad_page;       // set when a page table entry is outside 0 .. n_pages - 1
+  int* bad_input;      // set when a page table entry is outside 0 .. n_pages - 1
   int64_t k_hi;
   int k_tile_bytes, kvh, seq, tid;
   bool k_fast, v_fast;
 
+  // One TMA tensor's copies of the tile at key into ks: a whole tile as one box of bk rows, a
+  // range's last partial tile as n_box step boxes of tma_box rows.
+  __device__ __forceinline__ void tma_tile(const DecodeParams& p, const TensorMapBytes* tile_map,
+                                           const TensorMapBytes* step_map, uint8_t* ks, int sstride,
+                                           int64_t head_stride, int key, int n_box,
+                                           uint64_t* bar) const {
+    const int x = (kvh * static_cast<int>(head_stride)) & ~15;
+    if (n_box == 0) {
+      tma_load_3d(ks, tile_map, x, key, seq, bar);
+      return;
+    }
+    for (int b = 0; b < n_box; ++b)
+      tma_load_3d(ks + b * p.tma_box * sstride, step_map, x, key + b * p.tma_box, seq, bar);
+  }
+
   __device__ __forceinline__ void operator()(const DecodeParams& p, int64_t key0, int st) const {
     uint8_t* ks = stage_base + st * p.smem_kv_bytes;
-    if (p.tma_bytes > 0 && tid == 0) {
-      // One tensor copy per TMA tensor, rows past k_hi included (the kernel zeroes them after
-      // the copy, see the tile loop; past the tensor's capacity TMA fills zeros). The fence puts
-      // the stage's earlier generic accesses (the last tile's reads, Q, zeroed rows; ordered
-      // before this thread by the loop's barrier) before the copies' writes. (Leaving it out of
-      // refills, which follow reads only, changed nothing measurable:
-      // bench/results/2026-12-03-h200-tile-sync-ab.)
+    const int rows_valid = static_cast<int>(min(int64_t{p.bk}, k_hi - key0));  // >= 1
+    if (kTma && p.tma_bytes > 0 && tid == 0) {
+      // Per TMA tensor, one copy of a whole tile, or for the last tile of a range that ends
+      // inside it with at most tma_step_rows keys the step boxes its keys are in (a 4K call's
+      // 64-key splits copy 64 rows, not a 128-256-key tile). Rows past k_hi in the last box are
+      // other keys' (the kernel zeroes those of its last 16-key step after the copy, see the tile
+      // loop; past the tensor's capacity TMA fills zeros). The fence puts the stage's earlier
+      // generic accesses (the last tile's reads, Q, zeroed rows; ordered before this thread by the
+      // loop's barrier) before the copies' writes. (Leaving it out of refills, which follow reads
+      // only, changed nothing measurable: bench/results/2026-12-03-h200-tile-sync-ab.)
       fence_proxy_async();
-      mbar_arrive_expect_tx(&tile_bar[st], static_cast<uint32_t>(p.tma_bytes));
+      int n_box = 0;  // 0: the whole tile in one box
+      if (rows_valid <= p.tma_step_rows)
+        for (int r = 0; r < rows_valid; r += p.tma_box) ++n_box;
+      mbar_arrive_expect_tx(
+          &tile_bar[st],
+          static_cast<uint32_t>(n_box == 0 ? p.tma_bytes : n_box * p.tma_step_bytes));
       // Boxes start at 16-byte aligned bytes (TMA's condition): the row follows its lead, as
-      // with the 16-byte cp.async copies of unaligned rows.
+      // with the 16-byte cp.async copies of unaligned rows. (Step boxes start 128-byte aligned
+      // in shared memory: tma_box * stride is a multiple of 128, pinned by the layout test.)
       const int key = static_cast<int>(key0);
       if (p.tma_k)
-        tma_load_3d(ks, &p.k_map, (kvh * static_cast<int>(p.k_sh)) & ~15, key, seq, &tile_bar[st]);
+        tma_tile(p, &p.k_map, &p.k_step_map, ks, p.sk_stride, p.k_sh, key, n_box, &tile_bar[st]);
       if (p.tma_v)
-        tma_load_3d(ks + k_tile_bytes, &p.v_map, (kvh * static_cast<int>(p.v_sh)) & ~15, key, seq,
-                    &tile_bar[st]);
+        tma_tile(p, &p.v_map, &p.v_step_map, ks + k_tile_bytes, p.sv_stride, p.v_sh, key, n_box,
+                 &tile_bar[st]);
     }
-    const int rows_valid = static_cast<int>(min(int64_t{p.bk}, k_hi - key0));  // >= 1
     // Unrolled: rolled, the loop keeps both tensors' parameters live as selects and the kernel
     // spills (it runs at its 128-register bound).
 #pragma unroll
     for (int which = 0; which < 2; ++which) {
-      if (which == 0 ? p.tma_k : p.tma_v) continue;
+      if (kTma && (which == 0 ? p.tma_k : p.tma_v)) continue;
       const uint8_t* base = which == 0 ? k_base : v_base;
       const int64_t stride = which == 0 ? p.k_st : p.v_st;
       const int row_bytes = which == 0 ? p.k_row_bytes : p.v_row_bytes;
@@ -225,7 +251,7 @@ struct TileIssue {
           // the same entry; thread 0 alone flags it, so no two threads write the flag.)
           int32_t slot = seg < rows_valid ? table[page] : 0;
           if (static_cast<uint32_t>(slot) >= static_cast<uint32_t>(which == 0 ? p.k_np : p.v_np)) {
-            if (tid == 0) *bad_page = 1;
+            if (tid == 0) *bad_input = 1;
             slot = 0;
           }
           src0 = base + int64_t{slot} * (which == 0 ? p.k_sp : p.v_sp) + int64_t{in_page} * stride;

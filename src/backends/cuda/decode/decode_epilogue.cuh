@@ -43,7 +43,7 @@ struct RunState<2> {
 template <KvType VT, int NR>
 __device__ __forceinline__ void decode_epilogue(const DecodeParams& p, RunState<NR>& rs,
                                                 uint8_t* smem, const uint32_t* sign_words,
-                                                const int* bad_page, int tid, int lane, int warp,
+                                                const int* bad_input, int tid, int lane, int warp,
                                                 int g, int t, int kg, int mt, int ds, int nt,
                                                 bool active, int row0, int rows_here, int seq,
                                                 int kvh, int split,
@@ -122,12 +122,9 @@ __device__ __forceinline__ void decode_epilogue(const DecodeParams& p, RunState<
     }
     ml_final[2 * r] = mx;
     // A length outside 0 .. kv_capacity, or a page table entry outside the pool (the kernel
-    // read nothing past the cache or the pool for them): the row's sum becomes NaN, and with it
-    // the sequence's outputs and lse, here or in the merge.
-    const int64_t len = p.kv_lens[seq];
-    const bool bad =
-        static_cast<uint64_t>(len) > static_cast<uint64_t>(p.kv_capacity) || *bad_page != 0;
-    ml_final[2 * r + 1] = bad ? __int_as_float(0x7fffffff) : l;
+    // read nothing past the cache or the pool for them; the kernel's bad_input): the row's sum
+    // becomes NaN, and with it the sequence's outputs and lse, here or in the merge.
+    ml_final[2 * r + 1] = *bad_input != 0 ? __int_as_float(0x7fffffff) : l;
   }
   __syncthreads();
   // Merge the key groups into natural order: element (r, d) sits in the warp of row block r / 16

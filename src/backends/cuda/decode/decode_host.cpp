@@ -59,10 +59,11 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return fn;
 }
 
-// The tensor map of a TMA tile copy (see DecodeParams and tma_tile_view): false where TMA cannot
-// describe the tensor (then every tile is copied with cp.async).
+// The tensor map of a TMA tile copy with boxes of box_rows keys (see DecodeParams and
+// tma_tile_view): false where TMA cannot describe the tensor (then every tile is copied with
+// cp.async).
 bool encode_tile_map(TensorMapBytes& map, const KvTensor& kv, KvType type, int32_t row_bytes,
-                     int32_t slot, int32_t bk, const AttentionProblem& p) {
+                     int32_t slot, int32_t box_rows, const AttentionProblem& p) {
   const std::optional<TmaTileView> view = tma_tile_view(kv, type, row_bytes, slot, p);
   if (!view) return false;
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
@@ -72,7 +73,7 @@ bool encode_tile_map(TensorMapBytes& map, const KvTensor& kv, KvType type, int32
                               static_cast<cuuint64_t>(p.n_seqs)};
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(kv.stride_token),
                                  static_cast<cuuint64_t>(view->seq_stride)};
-  const cuuint32_t box[3] = {static_cast<cuuint32_t>(slot), static_cast<cuuint32_t>(bk), 1};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(slot), static_cast<cuuint32_t>(box_rows), 1};
   const cuuint32_t steps[3] = {1, 1, 1};
   static_assert(sizeof(TensorMapBytes) == sizeof(CUtensorMap));
   return encode(reinterpret_cast<CUtensorMap*>(&map), CU_TENSOR_MAP_DATA_TYPE_UINT8, 3,
@@ -294,11 +295,19 @@ Status run_decode(const Plan& plan, const AttentionTensors& t, void* workspace, 
   // TMA tile copies where they apply: one instruction per tile instead of ~25 per thread and
   // tile (the cp.async loop and its setup were ~20% of the instructions executed for q4_0).
   // Their rows start after a lead (see DecodeParams), as with 16-byte copies of unaligned rows.
-  d.tma_k = encode_tile_map(d.k_map, t.k, p.k_type, l.k_row_bytes, l.sk_stride, l.bk, p);
-  d.tma_v = encode_tile_map(d.v_map, t.v, p.v_type, l.v_row_bytes, l.sv_stride, l.bk, p);
+  // Whole tiles as one box of bk rows, a range's last partial tile as the step boxes its keys
+  // are in where that at least halves its bytes (tile_box, tile_step_rows).
+  d.tma_box = tile_box(l);
+  d.tma_step_rows = tile_step_rows(l);
+  d.tma_k = encode_tile_map(d.k_map, t.k, p.k_type, l.k_row_bytes, l.sk_stride, l.bk, p) &&
+            encode_tile_map(d.k_step_map, t.k, p.k_type, l.k_row_bytes, l.sk_stride, d.tma_box, p);
+  d.tma_v = encode_tile_map(d.v_map, t.v, p.v_type, l.v_row_bytes, l.sv_stride, l.bk, p) &&
+            encode_tile_map(d.v_step_map, t.v, p.v_type, l.v_row_bytes, l.sv_stride, d.tma_box, p);
   if (d.tma_k) d.k_unit = 16, d.k_lead16 = 1;
   if (d.tma_v) d.v_unit = 16, d.v_lead16 = 1;
   d.tma_bytes = (d.tma_k ? l.bk * l.sk_stride : 0) + (d.tma_v ? l.bk * l.sv_stride : 0);
+  d.tma_step_bytes =
+      (d.tma_k ? d.tma_box * l.sk_stride : 0) + (d.tma_v ? d.tma_box * l.sv_stride : 0);
 
 #ifdef KVFLASH_TIMELINE
   {

@@ -45,12 +45,15 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     decode_kernel(const __grid_constant__ DecodeParams p) {
   constexpr bool kBfK = KT == KvType::bf16;  // Q.K^T in bf16 only for bf16 K, else f16
   constexpr bool kBfV = VT == KvType::bf16;
+  constexpr bool kTma = tma_copyable(KT) || tma_copyable(VT);  // else no TMA code
 
   extern __shared__ __align__(128) uint8_t smem[];  // TMA boxes land at 128-byte boundaries
   __shared__ float lut_k[16], lut_v[16];
   __shared__ uint32_t sign_words[4];
   __shared__ uint64_t tile_bar[kMaxStages];  // per stage: the TMA copies' completion
-  __shared__ int bad_page;  // a paged table's entry outside 0 .. n_pages - 1 was met (TileIssue)
+  // Set when an input on the device is outside its range (the sequence's length past kv_capacity,
+  // or a page table entry outside the pool, seen by TileIssue): the epilogue writes NaN rows.
+  __shared__ int bad_input;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -126,8 +129,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     lut_v[tid] = centroid<VT>(tid);
   }
   if (tid < 4) sign_words[tid] = sign_word(tid);
-  if (tid == 0) bad_page = 0;
-  if (p.tma_bytes > 0 && tid == 0) {
+  if (tid == 0) bad_input = static_cast<uint64_t>(len) > static_cast<uint64_t>(p.kv_capacity);
+  if (kTma && p.tma_bytes > 0 && tid == 0) {
     for (int st = 0; st < p.n_stages; ++st) mbar_init(&tile_bar[st], 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -150,18 +153,19 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   const uint8_t* v_base = p.v + seq * p.v_ss + kvh * p.v_sh;
 
   // The tile copies (decode_copy.cuh's TileIssue): issue_tile(p, key0, st).
-  const TileIssue issue_tile{stage_base,
-                             k_base,
-                             v_base,
-                             tile_bar,
-                             &bad_page,
-                             k_hi,
-                             k_tile_bytes,
-                             kvh,
-                             seq,
-                             tid,
-                             p.page_size == 0 && p.k_unit == 16 && p.div_k_units.d <= kThreads,
-                             p.page_size == 0 && p.v_unit == 16 && p.div_v_units.d <= kThreads};
+  const TileIssue<kTma> issue_tile{
+      stage_base,
+      k_base,
+      v_base,
+      tile_bar,
+      &bad_input,
+      k_hi,
+      k_tile_bytes,
+      kvh,
+      seq,
+      tid,
+      p.page_size == 0 && p.k_unit == 16 && p.div_k_units.d <= kThreads,
+      p.page_size == 0 && p.v_unit == 16 && p.div_v_units.d <= kThreads};
   // Byte offset of a row's data inside its slot (the lead; zero for aligned 16- and 8-byte copies):
   // the row address & (U - 1) = (base + key * stride) & (U - 1) = (base & m + key * (stride & m))
   // & m, from per-CTA constants in 32-bit arithmetic. 16-byte leads have stride & 15 = 0 (the
@@ -284,19 +288,22 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     uint8_t* const kst = stage_base + stage * p.smem_kv_bytes;
     const int64_t tile_key0 = k_lo + int64_t{ti} * p.bk;
     bool zero_filled = false;
-    if (p.tma_bytes > 0) {
+    if (kTma && p.tma_bytes > 0) {
       mbar_wait(&tile_bar[stage], use & 1);
-      // Rows past k_hi read as zero, as the cp.async copies leave them (TMA copied whatever the
-      // tensor holds there): only in a range's last tile.
+      // Rows past k_hi in the last 16-key step read as zero, as the cp.async copies leave them
+      // (TMA copied whatever the tensor holds there): only in a range's last tile, and only
+      // where k_hi is not a multiple of 16 keys from the range's start (the end of the
+      // sequence; split ranges are multiples of 16). Steps past k_hi are never read.
       const int rows_valid = static_cast<int>(min(int64_t{p.bk}, k_hi - tile_key0));
-      zero_filled = rows_valid < p.bk;
+      const int rows_read = min(p.bk, (rows_valid + 15) & ~15);
+      zero_filled = rows_valid < rows_read;
       if (zero_filled) {
 #pragma unroll
         for (int which = 0; which < 2; ++which) {
           if (!(which == 0 ? p.tma_k : p.tma_v)) continue;
           const int sstride = which == 0 ? p.sk_stride : p.sv_stride;
           uint8_t* dst = kst + (which == 0 ? 0 : k_tile_bytes) + rows_valid * sstride;
-          const int n16 = (p.bk - rows_valid) * sstride / 16;
+          const int n16 = (rows_read - rows_valid) * sstride / 16;
           for (int i = tid; i < n16; i += kThreads)
             reinterpret_cast<uint4*>(dst)[i] = make_uint4(0, 0, 0, 0);
         }
@@ -634,8 +641,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   cp_async_wait<0>();
   KVFLASH_TL(tl_cta, 4);
 
-  decode_epilogue<VT, NR>(p, rs, smem, sign_words, &bad_page, tid, lane, warp, g, t, kg, mt, ds, nt,
-                          active, row0, rows_here, seq, kvh, split, tl_cta);
+  decode_epilogue<VT, NR>(p, rs, smem, sign_words, &bad_input, tid, lane, warp, g, t, kg, mt, ds,
+                          nt, active, row0, rows_here, seq, kvh, split, tl_cta);
 }
 
 }  // namespace kvflash::cuda::decode

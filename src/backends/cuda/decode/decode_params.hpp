@@ -65,14 +65,17 @@ struct alignas(64) TensorMapBytes {
 };
 
 struct DecodeParams {
-  // Tile copies by TMA (tma_k / tma_v set): the box of one K / V tile, rows sk_stride / sv_stride
-  // bytes wide (the shared-memory slot), bk rows, at coordinates (head * stride_head rounded down
-  // to 16, key, sequence) of the tensor viewed as [seq][token][bytes of all heads]: box starts
-  // must be 16-byte aligned, so a row lands after its lead (k_lead16 / v_lead16 set).
-  // tma_bytes: both boxes' bytes, the transaction count of a stage's barrier.
-  TensorMapBytes k_map, v_map;
+  // Tile copies by TMA (tma_k / tma_v set), the tensor viewed as [seq][token][bytes of all
+  // heads], at coordinates (head * stride_head rounded down to 16, key, sequence); box starts must
+  // be 16-byte aligned, so a row lands after its lead (k_lead16 / v_lead16 set). Boxes are rows
+  // sk_stride / sv_stride bytes wide (the shared-memory slot): k_map / v_map bk rows (a whole
+  // tile), k_step_map / v_step_map tma_box rows (tile_box: one 16-key step per key group, for the
+  // last tile of a range that ends inside it with at most tma_step_rows keys: tile_step_rows).
+  // tma_bytes / tma_step_bytes: both tensors' bytes of one box, the transaction count of a
+  // stage's barrier per box.
+  TensorMapBytes k_map, v_map, k_step_map, v_step_map;
   uint8_t tma_k, tma_v;
-  int32_t tma_bytes;
+  int32_t tma_bytes, tma_step_bytes, tma_box, tma_step_rows;
 
   const float* q;
   const uint8_t* k;

@@ -127,6 +127,14 @@ int64_t busiest_sm_tiles(int64_t keys, int64_t ctas_per_split, int64_t splits, i
   return (chunk16 + bk - 1) / bk * per_sm;
 }
 
+int32_t tile_box(const DecodeLayout& l) {
+  return 16 * l.n_kgroups;
+}
+
+int32_t tile_step_rows(const DecodeLayout& l) {
+  return l.bk / 2 / tile_box(l) * tile_box(l);
+}
+
 int32_t decode_splits(const AttentionProblem& p, const DecodeLayout& l, int32_t sm_count,
                       int32_t ctas_per_sm) {
   const int64_t base = int64_t{p.n_seqs} * p.n_kv_heads * l.n_row_blocks;
@@ -211,7 +219,7 @@ Expected<CopyMode> copy_mode(const char* which, const KvTensor& kv, KvType type,
 
 std::optional<TmaTileView> tma_tile_view(const KvTensor& kv, KvType type, int32_t row_bytes,
                                          int32_t slot, const AttentionProblem& p) {
-  if (p.page_size > 0 || traits(type).block_values == 1 || slot > 256) return std::nullopt;
+  if (p.page_size > 0 || !tma_copyable(type) || slot > 256) return std::nullopt;
   const auto addr = reinterpret_cast<uintptr_t>(kv.data);
   if (addr % 16 != 0 || kv.stride_token <= 0 || kv.stride_token % 16 != 0 || kv.stride_head < 0)
     return std::nullopt;
