@@ -2,53 +2,32 @@
 
 #include <utility>
 
-#if defined(KVFLASH_HAS_CUDA)
-#include "backends/cuda/cuda_backend.hpp"
-#endif
+#include "core/backend.hpp"
 
 namespace kvflash {
 
 int cuda_device_count() {
-#if defined(KVFLASH_HAS_CUDA)
-  return cuda::device_count();
-#else
-  return 0;
-#endif
+  const DeviceServices* d = device_services();
+  return d ? d->device_count() : 0;
 }
 
 std::optional<double> cuda_read_bandwidth_gbps() {
-#if defined(KVFLASH_HAS_CUDA)
-  if (cuda::device_count() == 0) return std::nullopt;
-  return cuda::read_bandwidth_gbps();
-#else
-  return std::nullopt;
-#endif
+  const DeviceServices* d = device_services();
+  if (d == nullptr || d->device_count() == 0) return std::nullopt;
+  return d->read_bandwidth_gbps();
 }
 
 namespace gpu {
 
-#if !defined(KVFLASH_HAS_CUDA)
-namespace {
-
-Error no_cuda(const char* what) {
-  return unsupported(std::string(what) + ": kvflash was built without CUDA");
-}
-
-}  // namespace
-#endif
-
 // DeviceBuffer
 
 Expected<DeviceBuffer> DeviceBuffer::allocate(size_t bytes) {
-#if defined(KVFLASH_HAS_CUDA)
+  const DeviceServices* d = device_services();
+  if (d == nullptr) return no_device_backend("gpu::DeviceBuffer::allocate");
   DeviceBuffer b;
-  if (Status s = cuda::malloc_device(&b.ptr_, bytes); !s) return s.error();
+  if (Status s = d->malloc_device(&b.ptr_, bytes); !s) return s.error();
   b.bytes_ = bytes;
   return b;
-#else
-  (void)bytes;
-  return no_cuda("gpu::DeviceBuffer::allocate");
-#endif
 }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
@@ -63,28 +42,24 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   return *this;
 }
 
+// Without device services nothing was ever allocated: ptr_ is null.
 DeviceBuffer::~DeviceBuffer() {
-#if defined(KVFLASH_HAS_CUDA)
-  cuda::free_device(ptr_);
-#endif
+  if (const DeviceServices* d = device_services()) d->free_device(ptr_);
 }
 
 // DevicePool
 
 Expected<DevicePool> DevicePool::create(size_t capacity, void* stream, size_t max_blocks) {
-#if defined(KVFLASH_HAS_CUDA)
+  const DeviceServices* d = device_services();
+  if (d == nullptr) return no_device_backend("gpu::DevicePool::create");
   DevicePool pool;
-  if (Status s = cuda::current_device(&pool.device_); !s) return s.error();
+  if (Status s = d->current_device(&pool.device_); !s) return s.error();
   Expected<DeviceBuffer> memory = DeviceBuffer::allocate(capacity);
   if (!memory) return memory.error();
   pool.memory_ = std::move(*memory);
   pool.arena_ = StackArena(pool.memory_.data(), capacity, max_blocks, "gpu::DevicePool");
   pool.stream_ = stream;
   return pool;
-#else
-  (void)capacity, (void)stream, (void)max_blocks;
-  return no_cuda("gpu::DevicePool::create");
-#endif
 }
 
 DevicePool::DevicePool(DevicePool&& o) noexcept
@@ -106,13 +81,11 @@ DevicePool& DevicePool::operator=(DevicePool&& o) noexcept {
 // Stream
 
 Expected<Stream> Stream::create() {
-#if defined(KVFLASH_HAS_CUDA)
+  const DeviceServices* d = device_services();
+  if (d == nullptr) return no_device_backend("gpu::Stream::create");
   Stream s;
-  if (Status st = cuda::create_stream(&s.stream_); !st) return st.error();
+  if (Status st = d->create_stream(&s.stream_); !st) return st.error();
   return s;
-#else
-  return no_cuda("gpu::Stream::create");
-#endif
 }
 
 Stream::Stream(Stream&& o) noexcept : stream_(std::exchange(o.stream_, nullptr)) {}
@@ -126,91 +99,66 @@ Stream& Stream::operator=(Stream&& o) noexcept {
 }
 
 Stream::~Stream() {
-#if defined(KVFLASH_HAS_CUDA)
-  cuda::destroy_stream(stream_);
-#endif
+  if (const DeviceServices* d = device_services()) d->destroy_stream(stream_);
 }
 
 Status Stream::synchronize() const {
-#if defined(KVFLASH_HAS_CUDA)
-  return cuda::synchronize_stream(stream_);
-#else
-  return no_cuda("gpu::Stream::synchronize");
-#endif
+  const DeviceServices* d = device_services();
+  if (d == nullptr) return no_device_backend("gpu::Stream::synchronize");
+  return d->synchronize_stream(stream_);
 }
 
 // Copies, fills, timing
 
 Status copy(void* dst, const void* src, size_t bytes, void* stream) {
-#if defined(KVFLASH_HAS_CUDA)
-  return cuda::copy(dst, src, bytes, stream);
-#else
-  (void)dst, (void)src, (void)bytes, (void)stream;
-  return no_cuda("gpu::copy");
-#endif
+  const DeviceServices* d = device_services();
+  if (d == nullptr) return no_device_backend("gpu::copy");
+  return d->copy(dst, src, bytes, stream);
 }
 
 Status synchronize(void* stream) {
-#if defined(KVFLASH_HAS_CUDA)
-  return cuda::synchronize_stream(stream);
-#else
-  (void)stream;
-  return no_cuda("gpu::synchronize");
-#endif
+  const DeviceServices* d = device_services();
+  if (d == nullptr) return no_device_backend("gpu::synchronize");
+  return d->synchronize_stream(stream);
 }
 
 Status fill(void* dst, int byte_value, size_t bytes, void* stream) {
-#if defined(KVFLASH_HAS_CUDA)
-  return cuda::fill(dst, byte_value, bytes, stream);
-#else
-  (void)dst, (void)byte_value, (void)bytes, (void)stream;
-  return no_cuda("gpu::fill");
-#endif
+  const DeviceServices* d = device_services();
+  if (d == nullptr) return no_device_backend("gpu::fill");
+  return d->fill(dst, byte_value, bytes, stream);
 }
 
 Status spin(double microseconds, void* stream) {
-#if defined(KVFLASH_HAS_CUDA)
-  return cuda::spin(microseconds, stream);
-#else
-  (void)microseconds, (void)stream;
-  return no_cuda("gpu::spin");
-#endif
+  const DeviceServices* d = device_services();
+  if (d == nullptr) return no_device_backend("gpu::spin");
+  return d->spin(microseconds, stream);
 }
 
 Status quantize_rows(KvType t, const float* src, int64_t n_rows, int64_t n_values, void* dst,
                      void* stream) {
-#if defined(KVFLASH_HAS_CUDA)
-  return cuda::quantize_rows(t, src, n_rows, n_values, dst, stream);
-#else
-  (void)t, (void)src, (void)n_rows, (void)n_values, (void)dst, (void)stream;
-  return no_cuda("gpu::quantize_rows");
-#endif
+  const DeviceServices* d = device_services();
+  if (d == nullptr) return no_device_backend("gpu::quantize_rows");
+  return d->quantize_rows(t, src, n_rows, n_values, dst, stream);
 }
 
 Expected<double> time_ms(void* stream, const std::function<Status()>& enqueue) {
-#if defined(KVFLASH_HAS_CUDA)
-  return cuda::time_ms(stream, enqueue);
-#else
-  (void)stream, (void)enqueue;
-  return no_cuda("gpu::time_ms");
-#endif
+  const DeviceServices* d = device_services();
+  if (d == nullptr) return no_device_backend("gpu::time_ms");
+  return d->time_ms(stream, enqueue);
 }
 
 // Graph
 
 Expected<Graph> Graph::capture(void* stream, const std::function<Status()>& enqueue) {
-#if defined(KVFLASH_HAS_CUDA)
-  Expected<cuda::GraphHandles> h = cuda::capture_graph(stream, enqueue);
+  const DeviceServices* d = device_services();
+  if (d == nullptr) return no_device_backend("gpu::Graph::capture");
+  Expected<GraphHandles> h = d->capture_graph(stream, enqueue);
   if (!h) return h.error();
   Graph g;
   g.graph_ = h->graph;
   g.exec_ = h->exec;
   g.kernel_nodes_ = h->kernel_nodes;
   return g;
-#else
-  (void)stream, (void)enqueue;
-  return no_cuda("gpu::Graph::capture");
-#endif
 }
 
 Graph::Graph(Graph&& o) noexcept
@@ -229,34 +177,25 @@ Graph& Graph::operator=(Graph&& o) noexcept {
 }
 
 Graph::~Graph() {
-#if defined(KVFLASH_HAS_CUDA)
-  cuda::destroy_graph(graph_, exec_);
-#endif
+  if (const DeviceServices* d = device_services()) d->destroy_graph(graph_, exec_);
 }
 
 Status Graph::launch(void* stream) const {
-#if defined(KVFLASH_HAS_CUDA)
-  return cuda::launch_graph(exec_, stream);
-#else
-  (void)stream;
-  return no_cuda("gpu::Graph::launch");
-#endif
+  const DeviceServices* d = device_services();
+  if (d == nullptr) return no_device_backend("gpu::Graph::launch");
+  return d->launch_graph(exec_, stream);
 }
 
 Expected<MemoryInfo> memory_info() {
-#if defined(KVFLASH_HAS_CUDA)
-  return cuda::memory_info();
-#else
-  return no_cuda("gpu::memory_info");
-#endif
+  const DeviceServices* d = device_services();
+  if (d == nullptr) return no_device_backend("gpu::memory_info");
+  return d->memory_info();
 }
 
 Status last_error() {
-#if defined(KVFLASH_HAS_CUDA)
-  return cuda::last_error();
-#else
-  return no_cuda("gpu::last_error");
-#endif
+  const DeviceServices* d = device_services();
+  if (d == nullptr) return no_device_backend("gpu::last_error");
+  return d->last_error();
 }
 
 }  // namespace gpu

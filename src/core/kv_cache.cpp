@@ -5,9 +5,7 @@
 #include <limits>
 #include <utility>
 
-#if defined(KVFLASH_HAS_CUDA)
-#include "backends/cuda/cuda_backend.hpp"
-#endif
+#include "core/backend.hpp"
 
 namespace kvflash::gpu {
 namespace {
@@ -176,12 +174,9 @@ AttentionTensors KvCache::tensors(int32_t layer, const float* q, float* out) con
 Status KvCache::begin_step(int32_t n_new, void* stream) {
   if (lens_ == nullptr) return invalid_argument("KvCache::begin_step: the cache was not created");
   if (n_new < 0) return invalid_argument(fmt::format("KvCache::begin_step: n_new = {} < 0", n_new));
-#if defined(KVFLASH_HAS_CUDA)
-  return cuda::advance_lengths(lens_, cfg_.n_seqs, n_new, cfg_.capacity, flags_, stream);
-#else
-  (void)stream;
-  return unsupported("KvCache::begin_step: kvflash was built without CUDA");
-#endif
+  const DeviceServices* d = device_services();
+  if (d == nullptr) return no_device_backend("KvCache::begin_step");
+  return d->advance_lengths(lens_, cfg_.n_seqs, n_new, cfg_.capacity, flags_, stream);
 }
 
 Status KvCache::append(int32_t layer, const float* k_src, const float* v_src, int32_t n_new,
@@ -193,18 +188,15 @@ Status KvCache::append(int32_t layer, const float* k_src, const float* v_src, in
   if (n_new < 0) return invalid_argument(fmt::format("KvCache::append: n_new = {} < 0", n_new));
   if (n_new > 0 && (k_src == nullptr || v_src == nullptr))
     return invalid_argument("KvCache::append: k and v must be device arrays of f32 rows");
-#if defined(KVFLASH_HAS_CUDA)
+  const DeviceServices* d = device_services();
+  if (d == nullptr) return no_device_backend("KvCache::append");
   const KvLayerTypes& t = cfg_.layers[size_t(layer)];
-  if (Status s = cuda::append_rows(t.k, k_src, cfg_.n_seqs, n_new, cfg_.n_kv_heads, cfg_.head_dim.k,
-                                   k(layer), cfg_.page_size, cfg_.capacity, lens_, flags_, stream);
+  if (Status s = d->append_rows(t.k, k_src, cfg_.n_seqs, n_new, cfg_.n_kv_heads, cfg_.head_dim.k,
+                                k(layer), cfg_.page_size, cfg_.capacity, lens_, flags_, stream);
       !s)
     return s;
-  return cuda::append_rows(t.v, v_src, cfg_.n_seqs, n_new, cfg_.n_kv_heads, cfg_.head_dim.v,
-                           v(layer), cfg_.page_size, cfg_.capacity, lens_, flags_, stream);
-#else
-  (void)stream;
-  return unsupported("KvCache::append: kvflash was built without CUDA");
-#endif
+  return d->append_rows(t.v, v_src, cfg_.n_seqs, n_new, cfg_.n_kv_heads, cfg_.head_dim.v, v(layer),
+                        cfg_.page_size, cfg_.capacity, lens_, flags_, stream);
 }
 
 Status KvCache::set_lengths(std::span<const int64_t> lens, void* stream) {

@@ -11,11 +11,7 @@
 #include <new>
 #include <thread>
 
-#include "backends/cpu/cpu_backend.hpp"
-#include "backends/cpu/thread_pool.hpp"
-#if defined(KVFLASH_HAS_CUDA)
-#include "backends/cuda/cuda_backend.hpp"
-#endif
+#include "core/backend.hpp"
 
 namespace kvflash {
 
@@ -38,10 +34,7 @@ std::optional<Backend> backend_from_name(std::string_view name) {
 const std::vector<KernelCandidate>& kernel_candidates() {
   static const std::vector<KernelCandidate> list = [] {
     std::vector<KernelCandidate> v;
-    cpu::register_kernels(v);
-#if defined(KVFLASH_HAS_CUDA)
-    cuda::register_kernels(v);
-#endif
+    for (const BackendEntry* b : built_backends()) b->register_kernels(v);
     // Highest priority first; ties keep registration order.
     std::stable_sort(v.begin(), v.end(), [](const KernelCandidate& a, const KernelCandidate& b) {
       return a.priority > b.priority;
@@ -83,6 +76,13 @@ std::optional<std::string> first_rejection(const KernelCandidate& c, const Atten
   for (const Guard& g : c.guards)
     if (auto why = g.reject(p)) return fmt::format("{}: {}", g.name, *why);
   return std::nullopt;
+}
+
+// The host threads a kernel of backend `b` can run on: 1 for a backend that runs none.
+int32_t host_threads(Backend b) {
+  for (const BackendEntry* e : built_backends())
+    if (e->id == b && e->host_threads != nullptr) return e->host_threads();
+  return 1;
 }
 
 std::string candidate_names() {
@@ -169,7 +169,7 @@ Expected<Plan> plan(const AttentionProblem& p, const PlanOptions& opt) {
   Plan pl;
   pl.problem = p;
   pl.kernel = *k;
-  const int32_t hw = cpu::ThreadPool::global().size();
+  const int32_t hw = host_threads(pl.kernel->backend);
   pl.n_threads = opt.n_threads > 0 ? std::min(opt.n_threads, hw) : hw;
   pl.kernel->make_plan(pl);
   return pl;

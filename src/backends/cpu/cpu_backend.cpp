@@ -323,4 +323,14 @@ void register_kernels(std::vector<KernelCandidate>& out) {
   out.push_back(std::move(ref));
 }
 
+const BackendEntry& backend_entry() {
+  static constexpr BackendEntry entry{
+      .id = Backend::cpu,
+      .register_kernels = register_kernels,
+      .host_threads = [] { return ThreadPool::global().size(); },
+      .device = nullptr,
+  };
+  return entry;
+}
+
 }  // namespace kvflash::cpu

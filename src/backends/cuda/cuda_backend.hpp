@@ -1,4 +1,5 @@
-// CUDA backend entry points (host side). Built only when nvcc is found (KVFLASH_HAS_CUDA).
+// CUDA backend entry points (host side). Built only when nvcc is found (KVFLASH_HAS_CUDA); the core
+// reaches them through backend_entry() (src/core/backend.hpp), never by name.
 #pragma once
 
 #include <cstddef>
@@ -7,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/backend.hpp"
 #include "kvflash/device.hpp"
 #include "kvflash/formats.hpp"
 #include "kvflash/problem.hpp"
@@ -17,6 +19,9 @@ namespace kvflash::cuda {
 
 // Appends the CUDA candidates of every family.
 void register_kernels(std::vector<KernelCandidate>& out);
+
+// The CUDA backend as the core sees it: its candidates and the device services below.
+const BackendEntry& backend_entry();
 
 namespace decode {
 // The decode family (1..8 query tokens): "cuda.decode".
@@ -48,11 +53,6 @@ Status fill(void* dst, int byte_value, size_t bytes, void* stream);
 Status spin(double microseconds, void* stream);
 Expected<double> time_ms(void* stream, const std::function<Status()>& enqueue);
 
-struct GraphHandles {
-  void* graph = nullptr;  // cudaGraph_t
-  void* exec = nullptr;   // cudaGraphExec_t
-  size_t kernel_nodes = 0;
-};
 // Captures what `enqueue` puts on `stream` (cudaStreamCaptureModeGlobal), always ending the
 // capture, then instantiates the graph and counts its kernel nodes.
 Expected<GraphHandles> capture_graph(void* stream, const std::function<Status()>& enqueue);
