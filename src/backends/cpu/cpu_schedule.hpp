@@ -16,11 +16,12 @@
 //   tiles = 1, base tasks = 1, want kTasksPerThread * 2 = 32 tasks, so n_splits = 32: each task
 //   streams 4096 consecutive tokens of all 8 KV heads (4 query rows per head). 16 tasks per
 //   thread rather than 4: on a shared 2-core VM whose cores run at different speeds, 128K-token
-//   turbo3 decode took 7-12% less time (bench/results/2026-11-30-cpu-epyc-2core-decode-fused.md).
+//   turbo3 decode took 7-12% less time (bench/results/2026-11-30-cpu-epyc-2core-decode-fused.md at
+//   43812eb).
 // 32768 keys: 32768 / kSplitKeys = 16 splits of 2048 keys. Each split costs a start-up (its
 //   first block is not prefetched; its partial state is zeroed, written and merged; the parts
 //   were not timed apart): 2048 rather than 256 keys per split took 36% less time for turbo3 at
-//   8K and 5% at 32K, f16 9% / 3% (2 threads, scripts/ab_bench.sh, 4 rounds). 16 threads at 8192
+//   8K and 5% at 32K, f16 9% / 3% (2 threads, dev/ab_bench.sh, 4 rounds). 16 threads at 8192
 //   keys: 4 splits would idle 12 of them, so 16 splits (>= kMinSplitKeys each).
 // Short context: 300 keys -> max(1, 300 / 256) = 1 split.
 #pragma once

@@ -189,7 +189,7 @@ struct TileIssue {
       // loop; past the tensor's capacity TMA fills zeros). The fence puts the stage's earlier
       // generic accesses (the last tile's reads, Q, zeroed rows; ordered before this thread by the
       // loop's barrier) before the copies' writes. (Leaving it out of refills, which follow reads
-      // only, changed nothing measurable: bench/results/2026-12-03-h200-tile-sync-ab.)
+      // only, changed nothing measurable: bench/results/2026-12-03-h200-tile-sync-ab at b16e572.)
       fence_proxy_async();
       int n_box = 0;  // 0: the whole tile in one box
       if (rows_valid <= p.tma_step_rows)

@@ -19,7 +19,7 @@ namespace kvflash::cuda::decode {
 inline constexpr float kLog2e = 1.4426950408889634f;
 inline constexpr float kNegInf = -__builtin_huge_valf();
 
-// Diagnostics build (-DKVFLASH_TIMELINE, scripts/timeline_gpu.sh): thread 0 of each CTA stores
+// Diagnostics build (-DKVFLASH_TIMELINE, dev/timeline_gpu.sh): thread 0 of each CTA stores
 // the global timer (ns) at phase k of its kernel, 8 slots per CTA, the decode CTAs first and the
 // merge CTAs after them; decode_host.cpp prints the last call's phases at exit. Nothing otherwise.
 #ifdef KVFLASH_TIMELINE
@@ -329,11 +329,12 @@ __device__ void finalize_row(const DecodeParams& p, float* o, float m, float l, 
 // Whether the decode kernel computes Q.K^T on int8 tensor cores (mma m16n8k32 .s8): q8_0 or q4_0
 // K with one n-tile, no K split, turbo V. The raw codes are the A operand as stored (q4_0: as
 // 16 (c - 8), k_frag_s8), Q two int8 planes (15 bits) with a step per row (pack_q_fragments'
-// kS8). Measured on the H200 for q8_0 K (bench/results/2026-12-04-h200-imma-q8k): turbo V, whose
-// codebook lookups fill the integer pipe, 1.05-1.16x at 1M tokens (GQA 8: 1.08-1.12x) and 1.22x
-// at D 256; q8_0 and q4_0 V, whose steps wait on memory at depth, 0.82-0.95x at 1M (with more
-// DRAM traffic, not explained): they keep the f16 path, as do f16 and bf16 V (0.98-1.05x). q4_0 K
-// with turbo V: 1.04-1.12x at 1M (bench/results/2026-12-05-h200-lookups-room-q4k-ab).
+// kS8). Measured on the H200 for q8_0 K (bench/results/2026-12-04-h200-imma-q8k at 3dde832): turbo
+// V, whose codebook lookups fill the integer pipe, 1.05-1.16x at 1M tokens (GQA 8: 1.08-1.12x)
+// and 1.22x at D 256; q8_0 and q4_0 V, whose steps wait on memory at depth, 0.82-0.95x at 1M (with
+// more DRAM traffic, not explained): they keep the f16 path, as do f16 and bf16 V (0.98-1.05x).
+// q4_0 K with turbo V: 1.04-1.12x at 1M (bench/results/2026-12-05-h200-lookups-room-q4k-ab at
+// 6e57796).
 template <KvType KT, KvType VT, int NR, bool KS>
 constexpr bool int8_qk() {
   return uses_int8_qk(KT, VT, NR, KS);
@@ -388,7 +389,7 @@ __device__ __forceinline__ void pack_q_fragments(const DecodeParams& p, float* q
   if constexpr (is_rotated(KT)) {
     // Only the rows that are there: the others are zero, and so are their rotations (one token
     // of GQA 4 stages 16 rows, 4 of them real). turbo3 K at 4K tokens 1.05-1.17x, 32K 1.01-1.07x
-    // (bench/results/2026-12-03-h200-bmma-k, section 3).
+    // (bench/results/2026-12-03-h200-bmma-k at aa08061, section 3).
     const int groups = rows_here * (p.dkc / 128);
     for (int gi = warp; gi < groups; gi += kWarps)
       forward_rotate_group(qs + gi * 128, lane, sign_words);

@@ -252,9 +252,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // being read from shared memory in every 16-key step. Each step read two words of each lane's
   // 16-byte fragment (lanes 16 bytes apart: 4-way bank conflicts); for q4_0 at 256K those loads
   // were 46% of the shared-load wavefronts, nearly all the bank conflicts and half the L1 load
-  // (`bench/results/2026-12-02-h200-qregs-ab/`). turbo3 1.07-1.09x at 256K-1M, f16 1.01-1.05x.
-  // Not for q8_0 / q4_0 K (with their bias terms in registers too): 0.90-0.93x at 1M and 4K, with
-  // a wide spread between calls, unexplained. Blocks past the fourth (D > 128) are read per step.
+  // (`bench/results/2026-12-02-h200-qregs-ab at 169ad06`). turbo3 1.07-1.09x at 256K-1M,
+  // f16 1.01-1.05x. Not for q8_0 / q4_0 K (with their bias terms in registers too): 0.90-0.93x at
+  // 1M and 4K, with a wide spread between calls, unexplained. Blocks past the fourth (D > 128) are
+  // read per step.
   constexpr bool kQRegs = NR == 1 && !KS && KT != KvType::q8_0 && KT != KvType::q4_0;
   [[maybe_unused]] uint4 qra[4], qrb[4];
   if constexpr (kQRegs) {
@@ -314,7 +315,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     // zero-filled rows of a range's last tile. (Float rows never go by TMA: their kernels keep
     // the barrier at compile time, code unchanged.) Measured without it where it is not needed:
     // turbo3 1.02-1.03x at 256K-1M, q8_0 K / turbo4 V 1.02x, head dim 256 q4_0 1.02x, q4_0 and
-    // q8_0 at 32/8 heads 1.00-1.01x (bench/results/2026-12-03-h200-tile-sync-ab).
+    // q8_0 at 32/8 heads 1.00-1.01x (bench/results/2026-12-03-h200-tile-sync-ab at b16e572).
     if (kFloatK || kFloatV || !(p.tma_k && p.tma_v) || zero_filled) __syncthreads();
 
     if (ti == 0) KVFLASH_TL(tl_cta, 3);
@@ -337,7 +338,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
             // group's warps stop at the same step: these pair up). The barriers' ids differ by
             // key group, so the hardware needs no padding; compute-sanitizer racecheck does:
             // without it, it reported a hazard in the epilogue (red_w) in 2 of 10 runs, with it
-            // in none of 10 (bench/results/2026-12-02-h200-racecheck-pad).
+            // in none of 10 (bench/results/2026-12-02-h200-racecheck-pad at f3adb68).
             for (int pad = s; pad < steps; pad += p.n_kgroups) xchg_barrier();
           }
           break;

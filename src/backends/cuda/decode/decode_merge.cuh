@@ -50,7 +50,8 @@ __global__ void __launch_bounds__(32 * W) decode_merge_kernel(const DecodeParams
   asm volatile("griddepcontrol.launch_dependents;");
   // (No code-warming pass before the wait: running the merge's code once with its global
   // accesses off while the decode grid finished (6769673) made isolated 4K calls 5-7% faster but
-  // a 32-layer decode step at 4K 6-10% slower, bench/results/2026-12-03-h200-loop-bisect.)
+  // a 32-layer decode step at 4K 6-10% slower, bench/results/2026-12-03-h200-loop-bisect at
+  // 81dc2e0.)
   asm volatile("griddepcontrol.wait;" ::: "memory");
   KVFLASH_TL(tl_cta, 1);
 

@@ -16,7 +16,7 @@ inline constexpr int kScoreXchgBytes = kWarps * 2 * 32 * 16;
 // CTAs per SM the decode kernel is built for (__launch_bounds__: at most 128 registers) and its
 // shared-memory stages are sized for. (5 CTAs at 96 registers for the one-n-tile kernel over
 // quantized K/V, measured: q8_0 at 1M tokens 15% slower, q4_0 / turbo at 32K 6-10% slower,
-// bench/results/2026-12-01-h200-five-ctas-ab.)
+// bench/results/2026-12-01-h200-five-ctas-ab at 239461c.)
 inline constexpr int kCtasPerSm = 4;
 // The split merge: 16 warps per CTA (one CTA per query row), 8 splits per warp per round: up to
 // 128 splits in one round (the 4-CTA plan takes 66 at 32/8 heads on 132 SMs; 8 warps took two).

@@ -105,7 +105,7 @@ DecodeLayout decode_layout(const AttentionProblem& p) {
   // kernel waits on latency at 12-16 warps per SM). Measured on the H200: f16 at 1M tokens fell
   // from 78% to 52% of the read bandwidth at two CTAs per SM; with 24 KB stages and 4 CTAs (128
   // registers) instead of 32 KB and 3, q8_0 / q4_0 / turbo3 at 1M took 13% / 7% / 7% less time and
-  // 8 f16 query tokens 13% less (bench/results/2026-11-30-h200-occupancy.md).
+  // 8 f16 query tokens 13% less (bench/results/2026-11-30-h200-occupancy.md at 24b4e9e).
   for (l.n_stages = kMaxStages; l.n_stages >= 2; --l.n_stages) {
     // Multiples of 128 bytes: TMA boxes land at 128-byte aligned stage and tile starts.
     l.smem_kv_bytes = round_up(
