@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -32,14 +33,25 @@ struct Guard {
 };
 
 struct Plan;
+// What a backend decides at plan time beyond Plan's own fields (its kernel instance, layout,
+// launch shape, the parameters that do not depend on the tensors), for its run() alone. Shared,
+// immutable, by every copy of the plan.
+struct BackendPlan {
+  virtual ~BackendPlan() = default;
+};
+
 struct KernelCandidate {
   std::string name;  // "<backend>.<family>[.<variant>]", e.g. "cpu.decode"
   Backend backend;
   int priority;      // higher wins among candidates whose guards all pass
   bool opt_in_only;  // selected only when forced by name (e.g. the float64 reference)
   std::vector<Guard> guards;
-  // Fills plan.n_splits and plan.workspace_bytes for the problem (a pure host function).
+  // Fills plan.n_splits, plan.workspace_bytes and plan.detail for the problem (host only).
   std::function<void(Plan&)> make_plan;
+  // The kernel's requirements on the tensors' layout beyond validate(problem, tensors) (e.g. the
+  // alignment its copies need), checked on pointers and strides alone; null: none. Part of
+  // validate(plan, tensors), so that run() refuses nothing that passes it.
+  std::function<Status(const Plan&, const AttentionTensors&)> check_tensors;
   // Runs the kernel; allocates nothing, workspace holds plan.workspace_bytes. For a CUDA kernel
   // every pointer in the tensors and the workspace are device memory and the work is enqueued on
   // `stream` (a cudaStream_t; nullptr = the legacy default stream) without synchronizing; CPU
@@ -74,9 +86,14 @@ struct Plan {
   int32_t n_threads = 1;
   int32_t n_splits = 1;  // KV splits per (sequence, KV head)
   size_t workspace_bytes = 0;
+  std::shared_ptr<const BackendPlan> detail;  // the backend's own decisions (may be null)
 };
 
 Expected<Plan> plan(const AttentionProblem& p, const PlanOptions& opt = {});
+// Whether run(plan, t, ...) accepts these tensors: validate(plan.problem, t) and the plan's
+// kernel's requirements on their layout (alignment and strides its copies need), on pointers
+// and strides alone (device memory is never read). run() checks the same, first.
+Status validate(const Plan& plan, const AttentionTensors& t);
 // For a CUDA plan: t's pointers (kv_lens included: lengths are read on the device, so one captured
 // graph serves every length up to problem.kv_capacity) and the workspace are device memory, and
 // `stream` is a cudaStream_t. Legal under stream capture: no allocation, no synchronization.

@@ -175,8 +175,14 @@ Expected<Plan> plan(const AttentionProblem& p, const PlanOptions& opt) {
   return pl;
 }
 
-Status run(const Plan& plan, const AttentionTensors& t, void* workspace, void* stream) {
+Status validate(const Plan& plan, const AttentionTensors& t) {
   if (plan.kernel == nullptr) return invalid_argument("plan.kernel is null: call plan() first");
+  if (Status s = validate(plan.problem, t); !s) return s;
+  return plan.kernel->check_tensors ? plan.kernel->check_tensors(plan, t) : Status{};
+}
+
+Status run(const Plan& plan, const AttentionTensors& t, void* workspace, void* stream) {
+  if (Status s = validate(plan, t); !s) return s;
   return plan.kernel->run(plan, t, workspace, stream);
 }
 

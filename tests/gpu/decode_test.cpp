@@ -207,3 +207,48 @@ TEST(CudaDecodeLengths, OutsideTheCapacityGiveNaNRowsAndReadNothingPastTheCache)
 
 }  // namespace
 }  // namespace kvflash::gputest
+
+// The plan carries everything run() needs but the tensors; what run() needs of their layout
+// (here: f16 rows copied in 16-byte units need a 16-byte aligned data pointer) is part of
+// validate(plan, tensors), so run() refuses nothing that passes it, and refuses what fails it
+// with the same message before launching anything.
+TEST(CudaDecodePlan, ValidateOfThePlanStatesTheLayoutRunNeeds) {
+  KVFLASH_REQUIRE_GPU();
+  AttentionProblem p;
+  p.n_q_heads = 8;
+  p.n_kv_heads = 2;
+  p.head_dim = {128, 128};
+  p.k_type = KvType::f16;
+  p.v_type = KvType::q8_0;
+  p.kv_capacity = 512;
+  const Expected<Plan> pl = plan_cuda(p);
+  ASSERT_TRUE(pl.ok()) << pl.error().message;
+  ASSERT_NE(pl->detail, nullptr) << "the CUDA plan carries its layout and launch";
+  const HostInputs in = make_inputs(p, {512}, 5);
+  gpu::Stream stream;
+  KVFLASH_ASSIGN_OR_FAIL(stream, gpu::Stream::create());
+  DeviceInputs dev;
+  KVFLASH_ASSIGN_OR_FAIL(dev, stage(in, stream.handle()));
+  DeviceOutputs o;
+  KVFLASH_ASSIGN_OR_FAIL(o, allocate_outputs(*pl, stream.handle()));
+  const AttentionTensors good = with_outputs(dev.tensors, o);
+  KVFLASH_ASSERT_OK(validate(*pl, good));
+  KVFLASH_ASSERT_OK(run(*pl, good, o.workspace.data(), stream.handle()));
+
+  AttentionTensors shifted = good;  // K's rows 2 bytes off their 16-byte alignment
+  shifted.k.data = static_cast<const uint8_t*>(good.k.data) + 2;
+  shifted.k.stride_seq = 0;
+  const Status v = validate(*pl, shifted);
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(v.error().message.find("16 bytes"), std::string::npos) << v.error().message;
+  const Status r = run(*pl, shifted, o.workspace.data(), stream.handle());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().message, v.error().message);
+
+  AttentionTensors no_lens = good;
+  no_lens.kv_lens = nullptr;
+  EXPECT_EQ(validate(*pl, no_lens).error().code, ErrorCode::invalid_argument);
+  KVFLASH_ASSERT_OK(stream.synchronize());
+  KVFLASH_ASSERT_OK(gpu::last_error());
+}

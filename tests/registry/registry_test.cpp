@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <set>
+#include <vector>
 
 #include "kvflash/device.hpp"
 
@@ -247,6 +248,31 @@ TEST(Registry, PlanSizesTheWorkspaceForTheCapacity) {
   EXPECT_GT(a->workspace_bytes, 0u);
   EXPECT_GE(b->n_splits, 1);
   EXPECT_EQ(run(Plan{}, AttentionTensors{}, nullptr).error().code, ErrorCode::invalid_argument);
+}
+
+// run() refuses exactly what validate(plan, tensors) refuses, with the same message, and
+// validate(plan, tensors) includes validate(problem, tensors).
+TEST(Registry, RunRefusesWhatValidateOfThePlanRefuses) {
+  AttentionProblem p;
+  p.n_q_heads = 4;
+  p.n_kv_heads = 2;
+  p.head_dim = {64, 64};
+  p.kv_capacity = 16;
+  PlanOptions opt;
+  opt.select.backend = Backend::cpu;
+  opt.select.read_environment = false;
+  const Expected<Plan> pl = plan(p, opt);
+  ASSERT_TRUE(pl.ok()) << pl.error().message;
+  AttentionTensors t;  // q, k, v and out all null
+  const Status v = validate(*pl, t);
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.error().code, ErrorCode::invalid_argument);
+  EXPECT_EQ(v.error().message, validate(p, t).error().message);
+  std::vector<uint8_t> ws(pl->workspace_bytes + 64);
+  const Status r = run(*pl, t, ws.data());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().message, v.error().message);
+  EXPECT_FALSE(validate(Plan{}, t).ok()) << "a plan without a kernel";
 }
 
 }  // namespace

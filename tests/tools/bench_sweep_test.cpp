@@ -56,7 +56,7 @@ TEST(BenchSweep, JsonParsesWithExpectedRowsAndFields) {
          {"backend",    "kernel",      "k_type",     "v_type", "n_q_heads", "n_kv_heads",
           "head_dim_k", "head_dim_v",  "batch",      "depth",  "n_q",       "threads",
           "splits",     "us_median",   "us_min",     "us_max", "kv_bytes",  "gbps",
-          "tflops",     "mem_bw_gbps", "pct_mem_bw", "seed"})
+          "tflops",     "mem_bw_gbps", "pct_mem_bw", "seed",   "host_us"})
       EXPECT_TRUE(row.contains(key)) << key;
     EXPECT_EQ(row["backend"], "cpu");
     EXPECT_EQ(row["k_type"], row["v_type"]);

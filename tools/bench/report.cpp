@@ -58,7 +58,7 @@ tools::Table machine_table(const std::vector<Row>& rows, const std::string& cpu,
                   {"depth"},      {"n_q"},        {"test"},       {"threads"},    {"splits"},
                   {"reps"},       {"copies"},     {"us_median"},  {"us_min"},     {"us_max"},
                   {"kv_bytes"},   {"gbps"},       {"flops"},      {"tflops"},     {"mem_bw_gbps"},
-                  {"pct_mem_bw"}, {"seed"}});
+                  {"pct_mem_bw"}, {"seed"},       {"host_us"}});
   for (const Row& r : rows) {
     const AttentionProblem& p = r.problem;
     auto i = [](auto v) { return Cell{static_cast<int64_t>(v)}; };
@@ -88,7 +88,8 @@ tools::Table machine_table(const std::vector<Row>& rows, const std::string& cpu,
                r.tflops,
                r.mem_bw_gbps > 0 ? Cell{r.mem_bw_gbps} : Cell{},
                r.pct_mem_bw ? Cell{*r.pct_mem_bw} : Cell{},
-               i(seed)});
+               i(seed),
+               r.timing.host_us.empty() ? Cell{} : Cell{Timing::median_of(r.timing.host_us)}});
   }
   return t;
 }

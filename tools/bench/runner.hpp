@@ -33,10 +33,15 @@ struct Timing {
   int64_t copies = 1;      // input copies rotated through
   std::vector<double> us;  // every timed call, sorted ascending
   int32_t splits = 1;      // KV splits per (sequence, KV head) as planned
+  // CUDA: the host's time in each timed run() call (parameters, tensor maps, launches: what an
+  // engine's CPU thread spends per call), sorted ascending; empty for CPU kernels, whose call is
+  // the work itself.
+  std::vector<double> host_us;
   // The middle call, or the mean of the two middle ones for an even count.
-  double median() const {
-    const size_t n = us.size();
-    return n % 2 ? us[n / 2] : 0.5 * (us[n / 2 - 1] + us[n / 2]);
+  double median() const { return median_of(us); }
+  static double median_of(const std::vector<double>& v) {
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
   }
 };
 

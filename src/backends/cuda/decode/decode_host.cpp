@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -176,41 +177,141 @@ std::optional<std::string> reject_smem(const AttentionProblem& p) {
                      cap);
 }
 
+// Everything run() needs that does not depend on the tensors, decided once by plan_decode: the
+// layout, the kernel instance, the launch shapes and the parameters (DecodeParams) that come from
+// the problem alone. run_decode copies `params` and fills in pointers, strides, copy modes and
+// tensor maps.
+struct DecodePlan final : BackendPlan {
+  DecodeLayout layout;
+  DecodeInstance instance{};
+  MergeLaunch merge = nullptr;  // with more than one split
+  dim3 grid, merge_grid;
+  int merge_threads = 0;
+  size_t merge_smem = 0;
+  DecodeParams params{};
+};
+
+const DecodePlan& decode_plan_of(const Plan& plan) {
+  return static_cast<const DecodePlan&>(*plan.detail);
+}
+
+// The parameters that come from the problem, its layout and the split count.
+void problem_params(DecodeParams& d, const AttentionProblem& p, const DecodeLayout& l,
+                    int32_t n_splits) {
+  d.kv_capacity = p.kv_capacity;
+  d.page_size = p.page_size;
+  d.window = p.window;
+  d.scale = p.effective_scale();
+  d.softcap = p.softcap;
+  d.n_seqs = p.n_seqs;
+  d.n_q_tokens = p.n_q_tokens;
+  d.n_q_heads = p.n_q_heads;
+  d.n_kv_heads = p.n_kv_heads;
+  d.group = p.group();
+  d.rows = p.rows_per_kv_head();
+  d.dk = p.head_dim.k;
+  d.dv = p.head_dim.v;
+  d.dkc = l.dkc;
+  d.dvc = l.dvc;
+  d.k_row_bytes = l.k_row_bytes;
+  d.v_row_bytes = l.v_row_bytes;
+  d.sk_stride = l.sk_stride;
+  d.sv_stride = l.sv_stride;
+  d.bk = l.bk;
+  d.row_block = l.row_block;
+  d.n_row_blocks = l.n_row_blocks;
+  d.n_mtiles = l.n_mtiles;
+  d.n_dslices = l.n_dslices;
+  d.k_share = l.k_share;
+  d.n_kgroups = l.n_kgroups;
+  d.slice_w = l.slice_w;
+  d.n_splits = n_splits;
+  d.smem_q_bytes = l.smem_q_bytes;
+  d.smem_kv_bytes = l.smem_kv_bytes;
+  d.n_stages = l.n_stages;
+  d.div_row_blocks = fast_div(l.n_row_blocks);
+  d.div_splits = fast_div(n_splits);
+  d.div_group = fast_div(d.group);
+  d.div_bk = fast_div(l.bk);
+  d.div_q4 = fast_div(l.dkc / 4);
+  d.div_chunks = fast_div(l.dkc / 16);
+  d.div_dvc = fast_div(l.dvc);
+  d.div_slice_w = fast_div(l.slice_w);
+  d.div_nt = fast_div(l.slice_w / 8);
+  d.div_rows = fast_div(d.rows);
+  d.div_kv_heads = fast_div(p.n_kv_heads);
+  d.div_stages = fast_div(l.n_stages);
+  d.causal = p.causal;
+  d.has_mask = p.has_mask;
+  d.has_sinks = p.has_sinks;
+  d.has_alibi = p.has_alibi;
+  // Float K rows shorter than the computed dims (head dim not a multiple of 32) read padding.
+  d.zero_stages = traits(p.k_type).block_values == 1 && l.dkc != p.head_dim.k;
+  // TMA tiles (where run() finds the tensors allow them): whole tiles as one box of bk rows, a
+  // range's last partial tile as the step boxes its keys are in where that at least halves its
+  // bytes (tile_box, tile_step_rows).
+  d.tma_box = tile_box(l);
+  d.tma_step_rows = tile_step_rows(l);
+}
+
 void plan_decode(Plan& plan) {
   const AttentionProblem& p = plan.problem;
-  const DecodeLayout l = decode_layout(p);
+  auto dp = std::make_shared<DecodePlan>();
+  const DecodeLayout& l = dp->layout = decode_layout(p);
+  dp->instance = decode_instance(p.k_type, p.v_type, l.n_qtiles, l.k_split);
   int ctas = 1;
-  if (decode_instance(p.k_type, p.v_type, l.n_qtiles, l.k_split).prepare(l.smem_total, &ctas) !=
-          cudaSuccess ||
-      ctas < 1)
-    ctas = 1;
+  if (dp->instance.prepare(l.smem_total, &ctas) != cudaSuccess || ctas < 1) ctas = 1;
   plan.n_threads = 1;
   plan.n_splits = decode_splits(p, l, sm_count(), ctas);
   plan.workspace_bytes = decode_workspace_bytes(p, l, plan.n_splits);
+  dp->grid = dim3(static_cast<unsigned>(p.n_kv_heads * l.n_row_blocks),
+                  static_cast<unsigned>(plan.n_splits), static_cast<unsigned>(p.n_seqs));
+  if (plan.n_splits > 1) {
+    const int64_t rows = int64_t{p.n_seqs} * p.n_kv_heads * p.rows_per_kv_head();  // CTAs
+    const int warps = merge_warps(plan.n_splits);
+    dp->merge = merge_launch(p.v_type);
+    dp->merge_grid = dim3(static_cast<unsigned>(rows));
+    dp->merge_threads = 32 * warps;
+    dp->merge_smem = size_t(warps) * l.dvc * sizeof(float);
+  }
+  problem_params(dp->params, p, l, plan.n_splits);
+  plan.detail = std::move(dp);
 }
 
-Status run_decode(const Plan& plan, const AttentionTensors& t, void* workspace, void* stream_ptr) {
+// cuda.decode's requirements on the tensors (KernelCandidate::check_tensors): lengths on the
+// device, and K / V layouts its tile copies can read (copy_mode).
+Status check_decode_tensors(const Plan& plan, const AttentionTensors& t) {
   const AttentionProblem& p = plan.problem;
   if (t.kv_lens == nullptr)
     return invalid_argument(
         "cuda.decode reads the lengths on the device: tensors.kv_lens must be "
         "a device array of n_seqs int64 values");
+  const DecodeLayout& l = decode_plan_of(plan).layout;
+  Expected<CopyMode> ku = copy_mode("k", t.k, p.k_type, l.k_row_bytes, l.sk_stride, p);
+  if (!ku) return invalid_argument(ku.error().message);
+  Expected<CopyMode> vu = copy_mode("v", t.v, p.v_type, l.v_row_bytes, l.sv_stride, p);
+  if (!vu) return invalid_argument(vu.error().message);
+  return {};
+}
+
+// The tensors passed check_decode_tensors (run() validates first): pointers, strides, copy modes
+// and tensor maps into the plan's parameters, then at most two launches.
+Status run_decode(const Plan& plan, const AttentionTensors& t, void* workspace, void* stream_ptr) {
+  const AttentionProblem& p = plan.problem;
+  const DecodePlan& dp = decode_plan_of(plan);
+  const DecodeLayout& l = dp.layout;
   if (plan.n_splits > 1 && workspace == nullptr)
     return invalid_argument(
         fmt::format("cuda.decode needs a {} byte device workspace (plan.workspace_bytes)",
                     plan.workspace_bytes));
-  const DecodeLayout l = decode_layout(p);
-  Expected<CopyMode> ku = copy_mode("k", t.k, p.k_type, l.k_row_bytes, l.sk_stride, p);
-  if (!ku) return ku.error();
-  Expected<CopyMode> vu = copy_mode("v", t.v, p.v_type, l.v_row_bytes, l.sv_stride, p);
-  if (!vu) return vu.error();
+  const CopyMode ku = *copy_mode("k", t.k, p.k_type, l.k_row_bytes, l.sk_stride, p);
+  const CopyMode vu = *copy_mode("v", t.v, p.v_type, l.v_row_bytes, l.sv_stride, p);
 
-  DecodeParams d{};
+  DecodeParams d = dp.params;
   d.q = t.q;
   d.k = static_cast<const uint8_t*>(t.k.data);
   d.v = static_cast<const uint8_t*>(t.v.data);
   d.kv_lens = t.kv_lens;
-  d.kv_capacity = p.kv_capacity;
   d.mask = t.mask;
   d.sinks = t.sinks;
   d.alibi = t.alibi_slopes;
@@ -229,76 +330,24 @@ Status run_decode(const Plan& plan, const AttentionTensors& t, void* workspace, 
     d.v_pages = t.v.page_table;
     d.k_sp = t.k.stride_page;
     d.v_sp = t.v.stride_page;
-    d.page_size = p.page_size;
     d.k_pps = t.k.pages_per_seq;
     d.v_pps = t.v.pages_per_seq;
     d.k_np = static_cast<int32_t>(std::min<int64_t>(t.k.n_pages, INT32_MAX));
     d.v_np = static_cast<int32_t>(std::min<int64_t>(t.v.n_pages, INT32_MAX));
   }
   d.mask_stride = t.mask_stride;
-  d.window = p.window;
-  d.scale = p.effective_scale();
-  d.softcap = p.softcap;
-  d.n_seqs = p.n_seqs;
-  d.n_q_tokens = p.n_q_tokens;
-  d.n_q_heads = p.n_q_heads;
-  d.n_kv_heads = p.n_kv_heads;
-  d.group = p.group();
-  d.rows = p.rows_per_kv_head();
-  d.dk = p.head_dim.k;
-  d.dv = p.head_dim.v;
-  d.dkc = l.dkc;
-  d.dvc = l.dvc;
-  d.k_row_bytes = l.k_row_bytes;
-  d.v_row_bytes = l.v_row_bytes;
-  d.k_unit = ku->unit;
-  d.v_unit = vu->unit;
-  d.k_lead16 = ku->lead16;
-  d.v_lead16 = vu->lead16;
-  d.sk_stride = l.sk_stride;
-  d.sv_stride = l.sv_stride;
-  d.bk = l.bk;
-  d.row_block = l.row_block;
-  d.n_row_blocks = l.n_row_blocks;
-  d.n_mtiles = l.n_mtiles;
-  d.n_dslices = l.n_dslices;
-  d.k_share = l.k_share;
-  d.n_kgroups = l.n_kgroups;
-  d.slice_w = l.slice_w;
-  d.n_splits = plan.n_splits;
-  d.smem_q_bytes = l.smem_q_bytes;
-  d.smem_kv_bytes = l.smem_kv_bytes;
-  d.n_stages = l.n_stages;
-  d.div_row_blocks = fast_div(l.n_row_blocks);
-  d.div_splits = fast_div(plan.n_splits);
-  d.div_group = fast_div(d.group);
-  d.div_bk = fast_div(l.bk);
-  d.div_q4 = fast_div(l.dkc / 4);
-  d.div_chunks = fast_div(l.dkc / 16);
-  d.div_dvc = fast_div(l.dvc);
-  d.div_slice_w = fast_div(l.slice_w);
-  d.div_nt = fast_div(l.slice_w / 8);
-  d.div_rows = fast_div(d.rows);
-  d.div_kv_heads = fast_div(p.n_kv_heads);
-  d.div_stages = fast_div(l.n_stages);
-  d.div_k_units = fast_div(ku->units);
-  d.div_v_units = fast_div(vu->units);
+  d.q_vec4 = reinterpret_cast<uintptr_t>(t.q) % 16 == 0 && p.head_dim.k % 4 == 0;
+  d.k_unit = ku.unit;
+  d.v_unit = vu.unit;
+  d.k_lead16 = ku.lead16;
+  d.v_lead16 = vu.lead16;
+  d.div_k_units = fast_div(ku.units);
+  d.div_v_units = fast_div(vu.units);
   d.k_pass = kThreads / d.div_k_units.d;
   d.v_pass = kThreads / d.div_v_units.d;
-  d.causal = p.causal;
-  d.has_mask = p.has_mask;
-  d.has_sinks = p.has_sinks;
-  d.has_alibi = p.has_alibi;
-  // Float K rows shorter than the computed dims (head dim not a multiple of 32) read padding.
-  d.zero_stages = traits(p.k_type).block_values == 1 && l.dkc != p.head_dim.k;
-  d.q_vec4 = reinterpret_cast<uintptr_t>(t.q) % 16 == 0 && p.head_dim.k % 4 == 0;
   // TMA tile copies where they apply: one instruction per tile instead of ~25 per thread and
   // tile (the cp.async loop and its setup were ~20% of the instructions executed for q4_0).
   // Their rows start after a lead (see DecodeParams), as with 16-byte copies of unaligned rows.
-  // Whole tiles as one box of bk rows, a range's last partial tile as the step boxes its keys
-  // are in where that at least halves its bytes (tile_box, tile_step_rows).
-  d.tma_box = tile_box(l);
-  d.tma_step_rows = tile_step_rows(l);
   d.tma_k = encode_tile_map(d.k_map, t.k, p.k_type, l.k_row_bytes, l.sk_stride, l.bk, p) &&
             encode_tile_map(d.k_step_map, t.k, p.k_type, l.k_row_bytes, l.sk_stride, d.tma_box, p);
   d.tma_v = encode_tile_map(d.v_map, t.v, p.v_type, l.v_row_bytes, l.sv_stride, l.bk, p) &&
@@ -320,16 +369,11 @@ Status run_decode(const Plan& plan, const AttentionTensors& t, void* workspace, 
   }
 #endif
   auto stream = static_cast<cudaStream_t>(stream_ptr);
-  const dim3 grid(static_cast<unsigned>(p.n_kv_heads * l.n_row_blocks),
-                  static_cast<unsigned>(plan.n_splits), static_cast<unsigned>(p.n_seqs));
-  decode_instance(p.k_type, p.v_type, l.n_qtiles, l.k_split).launch(d, grid, l.smem_total, stream);
+  dp.instance.launch(d, dp.grid, l.smem_total, stream);
   if (cudaError_t e = cudaPeekAtLastError(); e != cudaSuccess)
     return cuda_error(e, "cuda.decode launch");
-  if (plan.n_splits > 1) {
-    const int64_t rows = int64_t{p.n_seqs} * p.n_kv_heads * d.rows;  // one CTA per row
-    const int warps = merge_warps(plan.n_splits);
-    merge_launch(p.v_type)(d, dim3(static_cast<unsigned>(rows)), 32 * warps,
-                           size_t(warps) * l.dvc * sizeof(float), stream);
+  if (dp.merge != nullptr) {
+    dp.merge(d, dp.merge_grid, dp.merge_threads, dp.merge_smem, stream);
     if (cudaError_t e = cudaPeekAtLastError(); e != cudaSuccess)
       return cuda_error(e, "cuda.decode merge launch");
   }
@@ -350,6 +394,7 @@ void register_decode(std::vector<KernelCandidate>& out) {
               {"grid", reject_grid},
               {"shared_memory", reject_smem}};
   c.make_plan = plan_decode;
+  c.check_tensors = check_decode_tensors;
   c.run = run_decode;
   out.push_back(std::move(c));
 }
