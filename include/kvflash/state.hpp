@@ -8,7 +8,14 @@
 //   m = max(ma, mb), o = o_a e^(ma-m) + o_b e^(mb-m), l likewise.
 // Empty-state rule: a state with m = -inf contributes weight 0 (the factor is taken as 0, never
 // computed as exp(-inf - -inf) = NaN), so merging two empty states gives an empty state, and
-// partials that saw only masked keys merge away without a NaN.
+// partials that saw only masked keys merge away without a NaN. A sink of -inf is an empty state
+// too: an empty row with such a sink gives zeros and lse = -inf.
+//
+// Host code (the reference, the CPU kernels) uses natural exp and the test in state_weight. The
+// GPU kernels use the same rule in base 2 (state_ref, state_weight_exp2, state_final_exp2: one
+// ex2 instruction per weight, no test): weights are taken against a reference maximum that is the
+// maximum, or 0 when every state is empty, so an empty part weighs exp2(-inf) = 0 and nothing
+// computes -inf - -inf.
 #pragma once
 
 #include <cmath>
@@ -58,11 +65,13 @@ KVFLASH_HD void finalize_state(const OT* o, T m, T l, bool has_sink, T sink, int
   if (has_sink) {
     const T mm = m > sink ? m : sink;
     const T w = state_weight(m, mm);
-    l = l * w + std::exp(sink - mm);
-    const T inv = T(1) / l;
-    for (int32_t d = 0; d < dv; ++d) out[d] = static_cast<float>(T(o[d]) * w * inv);
-    if (lse) *lse = static_cast<float>(mm + std::log(l));
-    return;
+    l = l * w + state_weight(sink, mm);
+    if (l != T(0)) {
+      const T inv = T(1) / l;
+      for (int32_t d = 0; d < dv; ++d) out[d] = static_cast<float>(T(o[d]) * w * inv);
+      if (lse) *lse = static_cast<float>(mm + std::log(l));
+      return;
+    }
   }
   if (l == T(0)) {
     for (int32_t d = 0; d < dv; ++d) out[d] = 0.0f;
@@ -72,6 +81,40 @@ KVFLASH_HD void finalize_state(const OT* o, T m, T l, bool has_sink, T sink, int
   const T inv = T(1) / l;
   for (int32_t d = 0; d < dv; ++d) out[d] = static_cast<float>(T(o[d]) * inv);
   if (lse) *lse = static_cast<float>(m + std::log(l));
+}
+
+// ---- The GPU kernels' form of the rule (float, base 2; see the top of this file)
+
+inline constexpr float kStateLog2e = 1.4426950408889634f;
+
+// The reference maximum of a merge whose states' largest m is m_max: m_max, or 0 when every
+// state is empty (m_max = -inf), so that it is always finite.
+KVFLASH_HD float state_ref(float m_max) {
+  return m_max == -std::numeric_limits<float>::infinity() ? 0.0f : m_max;
+}
+
+// Weight exp(m_part - ref) of a state against a finite reference (state_ref): 0 for an empty
+// state, with no test.
+KVFLASH_HD float state_weight_exp2(float m_part, float ref) {
+  return exp2f((m_part - ref) * kStateLog2e);
+}
+
+// How a state (m, l) becomes the output: out = o * scale, and its lse (natural log), with an
+// optional sink logit; as finalize_state: an empty state (no sink, or a sink of -inf) gives
+// scale 0 and lse = -inf.
+struct StateFinal {
+  float scale, lse;
+};
+KVFLASH_HD StateFinal state_final_exp2(float m, float l, bool has_sink, float sink) {
+  float w = 1.0f;
+  if (has_sink) {
+    const float ref = state_ref(m > sink ? m : sink);
+    w = state_weight_exp2(m, ref);
+    l = l * w + state_weight_exp2(sink, ref);
+    m = ref;
+  }
+  if (l == 0.0f) return {0.0f, -std::numeric_limits<float>::infinity()};
+  return {w / l, m + logf(l)};
 }
 
 }  // namespace kvflash

@@ -127,7 +127,7 @@ Status reference_attention(const AttentionProblem& p, const AttentionTensors& t,
             if (p.has_sinks) {
               mm = std::max(m[r], sink);
               w = state_weight(m[r], mm);
-              ll = l[r] * w + std::exp(sink - mm);
+              ll = l[r] * w + state_weight(sink, mm);
             }
             for (int32_t d = 0; d < dv; ++d)
               out_f64[orow * dv + d] = ll == 0.0 ? 0.0 : acc[r * dv + d] * w / ll;

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -123,6 +124,41 @@ TEST(State, LargeLogitGapsDoNotOverflow) {
   EXPECT_EQ(m_a, 1000.0f);
   EXPECT_FLOAT_EQ(l_a, 1.0f);
   EXPECT_FLOAT_EQ(o_a[0], 1.0f);
+}
+
+// A sink of -inf is an empty state: a row that saw no key gives zeros and lse = -inf, not NaN
+// (exp(-inf - -inf)), in the host form and in the kernels' base-2 form alike.
+TEST(State, EmptyRowWithASinkOfMinusInfinityIsZeroAndMinusInfinity) {
+  float o[1] = {0}, out[1] = {5}, lse = 0;
+  finalize_state<float>(o, -kInf, 0.0f, true, -kInf, 1, out, &lse);
+  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_EQ(lse, -kInf);
+  const StateFinal f = state_final_exp2(-kInf, 0.0f, true, -kInf);
+  EXPECT_EQ(f.scale, 0.0f);
+  EXPECT_EQ(f.lse, -kInf);
+}
+
+// The kernels' form (base 2, against state_ref) gives what finalize_state gives.
+TEST(State, KernelFormFinalizesAsTheHostForm) {
+  const float inf = kInf;
+  const float cases[][4] = {
+      // m, l, has_sink, sink
+      {0.0f, 1.0f, 0, 0},    {3.5f, 7.25f, 0, 0},   {-inf, 0.0f, 0, 0},
+      {0.0f, 1.0f, 1, 0.0f}, {2.0f, 3.0f, 1, 5.0f}, {-inf, 0.0f, 1, 1.5f},
+      {4.0f, 2.0f, 1, -inf}, {-inf, 0.0f, 1, -inf}, {-30.0f, 1e-3f, 1, 40.0f}};
+  for (const auto& c : cases) {
+    float o[1] = {1.0f}, out[1] = {0}, lse = 0;
+    finalize_state<float>(o, c[0], c[1], c[2] != 0, c[3], 1, out, &lse);
+    const StateFinal f = state_final_exp2(c[0], c[1], c[2] != 0, c[3]);
+    EXPECT_NEAR(f.scale, out[0], 4e-6f * std::abs(out[0])) << c[0] << " " << c[1] << " " << c[3];
+    if (std::isinf(lse))
+      EXPECT_EQ(f.lse, lse);
+    else
+      EXPECT_NEAR(f.lse, lse, 1e-5f * std::max(1.0f, std::abs(lse)));
+  }
+  EXPECT_EQ(state_ref(-inf), 0.0f);
+  EXPECT_EQ(state_weight_exp2(-inf, state_ref(-inf)), 0.0f);
+  EXPECT_FLOAT_EQ(state_weight_exp2(1.0f, 0.0f), std::exp(1.0f));
 }
 
 }  // namespace

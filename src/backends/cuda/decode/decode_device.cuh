@@ -16,7 +16,7 @@
 
 namespace kvflash::cuda::decode {
 
-inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr float kLog2e = kStateLog2e;
 inline constexpr float kNegInf = -__builtin_huge_valf();
 
 // Diagnostics build (-DKVFLASH_TIMELINE, dev/timeline_gpu.sh): thread 0 of each CTA stores
@@ -312,18 +312,10 @@ __device__ void finalize_row(const DecodeParams& p, float* o, float m, float l, 
   if constexpr (is_rotated(VT)) {
     for (int g = 0; g < p.dvc; g += 128) inverse_rotate_group(o + g, lane, sign_words);
   }
-  float w = 1.0f;
-  if (p.has_sinks) {
-    const float sink = p.sinks[qhead];
-    const float mm = fmaxf(m, sink);
-    w = m == kNegInf ? 0.0f : exp2f((m - mm) * kLog2e);
-    l = l * w + exp2f((sink - mm) * kLog2e);
-    m = mm;
-  }
-  const float inv = l == 0.0f ? 0.0f : w / l;
+  const StateFinal f = state_final_exp2(m, l, p.has_sinks, p.has_sinks ? p.sinks[qhead] : 0.0f);
   float* out = p.out + out_row * p.dv;
-  for (int d = lane; d < p.dv; d += 32) out[d] = o[d] * inv;
-  if (p.lse != nullptr && lane == 0) p.lse[out_row] = l == 0.0f ? kNegInf : m + logf(l);
+  for (int d = lane; d < p.dv; d += 32) out[d] = o[d] * f.scale;
+  if (p.lse != nullptr && lane == 0) p.lse[out_row] = f.lse;
 }
 
 // Whether the decode kernel computes Q.K^T on int8 tensor cores (mma m16n8k32 .s8): q8_0 or q4_0
@@ -399,7 +391,7 @@ __device__ __forceinline__ void pack_q_fragments(const DecodeParams& p, float* q
   // chunk minus the bias times the sum of the query's values as packed (scaled, rounded to f16):
   // qch[chunk][row] from the lanes' packed values (in stage 1 after the staged rows), then
   // qc[block][row] = both chunks' sum.
-  constexpr bool kFold = NR == 1 && (KT == KvType::q8_0 || KT == KvType::q4_0);
+  constexpr bool kFold = folds_k_bias(KT, NR);
   float* const qch = qs + p.row_block * p.dkc;
   const int chunks = p.dkc / 16;
   for (int i = tid; i < p.n_mtiles * chunks * 32; i += kThreads) {  // whole warps per item row

@@ -68,7 +68,7 @@ __device__ __forceinline__ void decode_epilogue(const DecodeParams& p, RunState<
   // been read) holds: each warp's accumulators in fragment order (lane-major, 64 floats (NR 1:
   // 32) + 4 of padding per lane: 16-byte stores without bank conflicts), the merged rows in
   // natural order, and per key group m, l and merge weights (decode_layout sizes it).
-  constexpr int kFragStride = NR == 1 ? 36 : 68;
+  constexpr int kFragStride = epilogue_frag_stride(NR);
   float* frag = reinterpret_cast<float*>(smem);           // [kWarps][32][kFragStride]
   float* red = frag + kWarps * 32 * kFragStride;          // [row_block][dvc] merged
   float* red_ml = red + p.row_block * p.dvc;              // [n_kgroups][row_block][2]
@@ -113,10 +113,10 @@ __device__ __forceinline__ void decode_epilogue(const DecodeParams& p, RunState<
     const int r = tid;
     float mx = kNegInf;
     for (int k2 = 0; k2 < p.n_kgroups; ++k2) mx = fmaxf(mx, red_ml[(k2 * p.row_block + r) * 2]);
-    const float ref = mx == kNegInf ? 0.0f : mx;
+    const float ref = state_ref(mx);
     float l = 0.0f;
     for (int k2 = 0; k2 < p.n_kgroups; ++k2) {
-      const float w = exp2f((red_ml[(k2 * p.row_block + r) * 2] - ref) * kLog2e);
+      const float w = state_weight_exp2(red_ml[(k2 * p.row_block + r) * 2], ref);
       red_w[k2 * p.row_block + r] = w;
       l += red_ml[(k2 * p.row_block + r) * 2 + 1] * w;
     }

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "backends/cuda/decode/decode_rules.hpp"
 #include "kvflash/formats.hpp"
 #include "kvflash/state.hpp"  // KVFLASH_HD
 
@@ -27,21 +28,6 @@
 #endif
 
 namespace kvflash::cuda::decode {
-
-// Whether the decode kernel computes Q.K^T on int8 tensor cores (mma m16n8k32 .s8; why and when:
-// int8_qk in decode_device.cuh): q8_0 or q4_0 K, one query n-tile, no K split, turbo V. For the
-// host's layout (Q's fragments take half the bytes: one 16-byte word per lane and 32-dim block)
-// and the kernel instances alike.
-constexpr bool uses_int8_qk(KvType k, KvType v, int n_qtiles, bool k_split) {
-  return (k == KvType::q8_0 || k == KvType::q4_0) && is_rotated(v) && n_qtiles == 1 && !k_split;
-}
-
-// Whether a type's tiles may be copied by TMA (tma_tile_view; the kernels compile the TMA code
-// only where K or V may): quantized rows. Float rows keep cp.async: their padded slots would
-// need boxes reading into the next head's row (measured 0.80x at 1M).
-constexpr bool tma_copyable(KvType t) {
-  return traits(t).block_values > 1;
-}
 
 KVFLASH_HD uint16_t load_u16(const uint8_t* p) {
   return *reinterpret_cast<const uint16_t*>(p);

@@ -119,8 +119,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // int8 Q.K^T: the rows' steps. After the Q fragments: 16 bytes per lane and 16-dim chunk, or
   // with int8 Q.K^T per 32-dim block (decode_layout).
   constexpr bool kS8K = int8_qk<KT, VT, NR, KS>();  // Q.K^T on int8 tensor cores
-  float* const qc =
-      reinterpret_cast<float*>(smem + p.n_mtiles * (p.dkc / (kS8K ? 32 : 16)) * 32 * 16);
+  float* const qc = reinterpret_cast<float*>(smem + q_frag_bytes(p.n_mtiles, p.dkc, kS8K));
   uint8_t* stage_base = smem + p.smem_q_bytes;
   const int k_tile_bytes = p.bk * p.sk_stride;
 
@@ -430,7 +429,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
             st[0][2] *= q_step[0];
             st[0][3] *= q_step[1];
           }
-          if constexpr (!kS8K && (KT == KvType::q8_0 || KT == KvType::q4_0)) {
+          if constexpr (!kS8K && folds_k_bias(KT, NR)) {
             // Raw codes (exact in f16) into an accumulator that starts at minus the bias times the
             // query's chunk sums (qc), so the MMA leaves sum(q * (code - bias)) per block; the
             // block's scale of each key row (this lane's own rows) then multiplies it in f32.
@@ -566,7 +565,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
                 const float m_new = fmaxf(rs.m[r][e], mx);
-                const float ref = m_new == kNegInf ? 0.0f : m_new;
+                const float ref = state_ref(m_new);
                 alpha[r][e] = exp2_ftz((rs.m[r][e] - ref) * kLog2e);  // m_run = -inf gives 0
                 rs.m[r][e] = m_new;
                 rs.l[r][e] *= alpha[r][e];
@@ -587,7 +586,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
           for (int r = 0; r < NR; ++r)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-              const float ref = rs.m[r][e] == kNegInf ? 0.0f : rs.m[r][e];
+              const float ref = state_ref(rs.m[r][e]);
               const float p0 = exp2_ftz((st[r][e] - ref) * kLog2e);
               const float p1 = exp2_ftz((st[r][2 + e] - ref) * kLog2e);
               st[r][e] = p0;

@@ -78,13 +78,13 @@ __global__ void __launch_bounds__(32 * W) decode_merge_kernel(const DecodeParams
     float m_new = m_w;
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) m_new = fmaxf(m_new, ms[b]);
-    const float ref = m_new == kNegInf ? 0.0f : m_new;
-    const float keep = exp2f((m_w - ref) * kLog2e);  // m_w = -inf gives 0
+    const float ref = state_ref(m_new);
+    const float keep = state_weight_exp2(m_w, ref);
     float w[kBatch];
     l_w *= keep;
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
-      w[b] = ms[b] == kNegInf ? 0.0f : exp2f((ms[b] - ref) * kLog2e);
+      w[b] = state_weight_exp2(ms[b], ref);
       l_w += ls[b] * w[b];
     }
 #pragma unroll
@@ -109,8 +109,8 @@ __global__ void __launch_bounds__(32 * W) decode_merge_kernel(const DecodeParams
   float mx = kNegInf;
 #pragma unroll
   for (int i = 0; i < n_warps; ++i) mx = fmaxf(mx, warp_m[i]);
-  const float ref = mx == kNegInf ? 0.0f : mx;
-  const float f = exp2f((m_w - ref) * kLog2e);  // this warp's weight (0 when it saw nothing)
+  const float ref = state_ref(mx);
+  const float f = state_weight_exp2(m_w, ref);  // this warp's weight (0 when it saw nothing)
   float* red = reinterpret_cast<float*>(smem);  // [n_warps][dvc]
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(32 * W) decode_merge_kernel(const DecodeParams
   if (warp == 0) {
     float l = 0.0f;
 #pragma unroll
-    for (int i = 0; i < n_warps; ++i) l += warp_l[i] * exp2f((warp_m[i] - ref) * kLog2e);
+    for (int i = 0; i < n_warps; ++i) l += warp_l[i] * state_weight_exp2(warp_m[i], ref);
     const int tok = fdiv(r, p.div_group), qh = kvh * p.group + r - tok * p.group;
     const int64_t out_row = (int64_t{seq} * p.n_q_tokens + tok) * p.n_q_heads + qh;
     finalize_row<VT>(p, red, mx, l, out_row, qh, lane, sign_words);

@@ -72,8 +72,8 @@ DecodeLayout decode_layout(const AttentionProblem& p) {
   // block follow (int8: the rows' steps); their per-chunk parts (prologue only) follow the
   // staged Q rows in stage 1. (Sized for f16 fragments, q8_0 K / turbo3 V's 128-key tiles missed
   // the 4-CTA stage room below by 256 bytes and halved.)
-  l.smem_q_bytes = l.n_mtiles * (l.dkc / (l.int8_qk ? 32 : 16)) * 32 * 16;
-  const bool fold = l.n_qtiles == 1 && (p.k_type == KvType::q8_0 || p.k_type == KvType::q4_0);
+  l.smem_q_bytes = q_frag_bytes(l.n_mtiles, l.dkc, l.int8_qk);
+  const bool fold = folds_k_bias(p.k_type, l.n_qtiles);
   if (fold) l.smem_q_bytes += round_up(int64_t{l.row_block} * (l.dkc / 32) * 4, 128);
   if (l.k_split) l.smem_q_bytes += kScoreXchgBytes;
 
@@ -95,7 +95,7 @@ DecodeLayout decode_layout(const AttentionProblem& p) {
       int64_t{l.row_block} * l.dkc * 4 + (fold ? int64_t{l.row_block} * (l.dkc / 16) * 4 : 0);
   // Epilogue: every warp's accumulators in fragment order (32 lanes x 68 floats, one n-tile:
   // 36), the merged rows, and per key group m, l and weights, plus the final m, l.
-  const int64_t frag_stride = l.n_qtiles == 1 ? 36 : 68;
+  const int64_t frag_stride = epilogue_frag_stride(l.n_qtiles);
   const int64_t reduce = (int64_t{kWarps} * 32 * frag_stride + int64_t{l.row_block} * l.dvc +
                           int64_t{l.n_kgroups} * l.row_block * 3 + int64_t{l.row_block} * 2) *
                          4;

@@ -144,7 +144,7 @@ __device__ __forceinline__ void rows_as_m_step(
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float m_new = fmaxf(rs.m[h], mx);
-      const float ref = m_new == kNegInf ? 0.0f : m_new;
+      const float ref = state_ref(m_new);
       alpha[h] = exp2_ftz((rs.m[h] - ref) * kLog2e);  // m_run = -inf gives 0
       rs.m[h] = m_new;
       rs.l[h] *= alpha[h];
@@ -159,7 +159,7 @@ __device__ __forceinline__ void rows_as_m_step(
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const float ref = rs.m[h] == kNegInf ? 0.0f : rs.m[h];
+    const float ref = state_ref(rs.m[h]);
     float sum = 0.0f;
 #pragma unroll
     for (int n = 0; n < 2; ++n)
