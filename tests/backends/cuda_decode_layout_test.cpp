@@ -1,6 +1,6 @@
 // The CUDA decode family's host-visible parts, tested on the CPU: the per-type row readers (the
 // same code the kernels run) against dequantize_row_rotated, the K dim order against a
-// permutation, the fragment decoders (decode_frags.hpp, the kernels' own code with host
+// permutation, the fragment decoders (common/kv_frags.hpp, the kernels' own code with host
 // equivalents of their intrinsics) against the row readers, and the planner's layout and split
 // choices.
 #include <fmt/format.h>
@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "backends/cuda/decode/decode_formats.hpp"
-#include "backends/cuda/decode/decode_frags.hpp"
+#include "backends/cuda/common/kv_frags.hpp"
+#include "backends/cuda/common/kv_values.hpp"
 #include "backends/cuda/decode/decode_params.hpp"
 #include "backends/cuda/decode/decode_plan.hpp"
 #include "kvflash/turbo.hpp"

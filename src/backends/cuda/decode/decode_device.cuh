@@ -1,7 +1,8 @@
-// Device building blocks of the CUDA decode kernel: async copies, the m16n8k16 MMA, the turbo
-// rotations and the finalization of one output row. The per-type decoders from raw shared-memory
-// rows into f16 fragments (K as the B operand of Q.K^T, V as the B operand of P.V) and the turbo
-// codebook lookups are in decode_frags.hpp, host-testable; the dim orders in decode_formats.hpp.
+// Device building blocks of the CUDA decode kernel: V's MMA operands, the finalization of one
+// output row, Q's fragments (async copies, MMAs and the turbo rotation: ../common/). The per-type
+// decoders from raw shared-memory rows into f16 fragments (K as the B operand of Q.K^T, V as the B
+// operand of P.V) and the turbo codebook lookups are in common/kv_frags.hpp, host-testable; the dim
+// orders in common/kv_values.hpp.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -9,9 +10,13 @@
 
 #include <cstdint>
 
-#include "backends/cuda/decode/decode_formats.hpp"
-#include "backends/cuda/decode/decode_frags.hpp"
+#include "backends/cuda/common/async_copy.cuh"
+#include "backends/cuda/common/kv_frags.hpp"
+#include "backends/cuda/common/kv_values.hpp"
+#include "backends/cuda/common/mma.cuh"
+#include "backends/cuda/common/turbo_rotate.cuh"
 #include "backends/cuda/decode/decode_params.hpp"
+#include "backends/cuda/decode/decode_rules.hpp"
 #include "kvflash/turbo.hpp"
 
 namespace kvflash::cuda::decode {
@@ -36,150 +41,6 @@ inline constexpr float kNegInf = -__builtin_huge_valf();
   do {                     \
   } while (0)
 #endif
-
-// ---------------------------------------------------------------------------------------------
-// Small device helpers
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// cp.async of `size` (4, 8 or 16) bytes, `src_bytes` of them read (the rest zero-filled).
-// n / f.d for 0 <= n < 2^31 (see FastDiv).
-__device__ __forceinline__ int fdiv(int n, const FastDiv& f) {
-  return static_cast<int>((__umulhi(static_cast<uint32_t>(n), f.mul) + static_cast<uint32_t>(n)) >>
-                          f.shr);
-}
-
-template <int kSize>
-__device__ __forceinline__ void cp_async(void* dst, const void* src, int src_bytes) {
-  if constexpr (kSize == 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-                 "r"(src_bytes));
-  } else {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_addr(dst)), "l"(src),
-                 "n"(kSize), "r"(src_bytes));
-  }
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-
-// The tile copy by the tensor-memory accelerator (TMA): one thread issues a tensor copy per K / V
-// tile (cp.async.bulk.tensor, the box described by a tensor map the host encodes per call), whose
-// completion counts bytes on the stage's mbarrier; every thread waits on the barrier's phase.
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count)
-               : "memory");
-}
-// Arrives (the one expected arrival) and adds `bytes` to the transaction count of this phase.
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
-               "r"(bytes)
-               : "memory");
-}
-// Waits for the completion of the barrier's phase of parity `parity` (0 for its first use).
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "wait_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait_%=;\n"
-      "}\n" ::"r"(smem_addr(bar)),
-      "r"(parity)
-      : "memory");
-}
-// Orders this thread's earlier shared-memory accesses (generic proxy: loads, stores, cp.async)
-// before its later tensor copies (async proxy) into the same bytes.
-__device__ __forceinline__ void fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-// The box at (c0, c1, c2) of the tensor map at `map` (a kernel parameter's address) into dst,
-// completing on `bar`.
-__device__ __forceinline__ void tma_load_3d(void* dst, const void* map, int c0, int c1, int c2,
-                                            uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], "
-      "[%1, {%2, %3, %4}], [%5];" ::"r"(smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar))
-      : "memory");
-}
-
-// 2^x for the online softmax (x <= 0 there): one MUFU.EX2. exp2f wraps it in a range fix-up
-// (a compare and two conditional multiplies) for results below 2^-126, which a probability that
-// small does not need; -inf gives 0.
-__device__ __forceinline__ float exp2_ftz(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-template <bool kBf16>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  if constexpr (kBf16) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  } else {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  }
-}
-
-// The transpose of an 8x8 matrix of 16-bit values held as one m8n8 fragment (lane 4r + c holds
-// row r, columns 2c, 2c + 1): afterwards the lane holds row r of the transpose.
-__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
-  uint32_t y;
-  asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(y) : "r"(x));
-  return y;
-}
-
-// A 16-byte shared-memory load kept in program order with the MMAs (both are volatile asm), so
-// that the compiler does not hoist every Q fragment of an unrolled K loop to its top (which
-// spills at the register bound); ptxas still schedules it for latency.
-__device__ __forceinline__ uint4 lds128_in_order(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "r"(smem_addr(p)));
-  return v;
-}
-
-// Barrier `id` (1..15; 0 is __syncthreads) over `threads` threads (whole warps).
-__device__ __forceinline__ void named_barrier(int id, int threads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-
-// D += A.B for one m16n8k16 tile, f32 accumulation.
-template <bool kBf16>
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint4& a, uint32_t b0, uint32_t b1) {
-  if constexpr (kBf16) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
-  }
-}
-
-// D = A.B (+ D) for one m16n8k32 tile of int8 values, s32 accumulation.
-__device__ __forceinline__ void imma16832(int (&d)[4], const uint4& a, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
-}
 
 // V's operands for a 16-key step: the four key rows vrow (keys 2t, 2t + 1, 2t + 8, 2t + 9 of
 // the step) give, for each of the lane's nt V dims (dim tiles i = 0 .. nt - 1, in order),
@@ -248,60 +109,6 @@ __device__ __forceinline__ void v_operands(const uint8_t* const (&vrow)[4], int 
       }
     }
   }
-}
-
-// The unnormalized Walsh-Hadamard transform H of one 128-value group in shared memory, in
-// place, by one warp (two butterflies per lane per stage); synchronized before and after.
-__device__ __forceinline__ void fwht128(float* x, int lane) {
-#pragma unroll
-  for (int h = 1; h < 128; h <<= 1) {
-    __syncwarp();
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const int p = lane + 32 * k;  // pair index 0..63
-      const int i = (p / h) * 2 * h + (p % h);
-      const float a = x[i], b = x[i + h];
-      x[i] = a + b;
-      x[i + h] = a - b;
-    }
-  }
-  __syncwarp();
-}
-
-__device__ __forceinline__ bool turbo_sign_negative(const uint32_t* sign_words, int i) {
-  return (sign_words[i >> 5] >> (i & 31)) & 1u;
-}
-
-// In-place inverse turbo rotation R^T y = s . (H y) / sqrt(128) of one group, by one warp.
-__device__ __forceinline__ void inverse_rotate_group(float* x, int lane,
-                                                     const uint32_t* sign_words) {
-  fwht128(x, lane);
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const int i = lane + 32 * k;
-    x[i] *= turbo_sign_negative(sign_words, i) ? -kTurboInvSqrt128 : kTurboInvSqrt128;
-  }
-  __syncwarp();
-}
-
-// In-place forward turbo rotation R x = H (s . x) / sqrt(128) of one group, by one warp.
-__device__ __forceinline__ void forward_rotate_group(float* x, int lane,
-                                                     const uint32_t* sign_words) {
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const int i = lane + 32 * k;
-    if (turbo_sign_negative(sign_words, i)) x[i] = -x[i];
-  }
-  fwht128(x, lane);
-#pragma unroll
-  for (int k = 0; k < 4; ++k) x[lane + 32 * k] *= kTurboInvSqrt128;
-  __syncwarp();
-}
-
-__device__ __forceinline__ uint32_t sign_word(int i) {
-  constexpr uint32_t w[4] = {turbo_tables::kTurboSignWords[0], turbo_tables::kTurboSignWords[1],
-                             turbo_tables::kTurboSignWords[2], turbo_tables::kTurboSignWords[3]};
-  return w[i & 3];
 }
 
 // Finalizes one row (sinks, lse), in shared memory o[0..dvc), rotated back for turbo V by the

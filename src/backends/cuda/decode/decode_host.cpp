@@ -1,8 +1,6 @@
 // The CUDA decode family on the host: candidate registration, plan (layout, split count,
 // workspace), and run (parameters, two launches at most, nothing allocated, nothing synchronized).
 // Plain C++: the kernels are reached through decode_instance() and merge_launch() (decode.cu).
-#include <cuda.h>  // CUtensorMap and its enums; the encoder is reached through the runtime
-#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -16,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/common/device_info.hpp"
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/decode/decode_instances.hpp"
 #include "backends/cuda/decode/decode_plan.hpp"
@@ -24,42 +23,6 @@ namespace kvflash::cuda::decode {
 
 namespace {
 
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
-    if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return 0;
-    return v;
-  }();
-  return n;
-}
-
-size_t max_smem_optin() {
-  static const size_t n = [] {
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return size_t{0};
-    if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
-      return size_t{0};
-    return static_cast<size_t>(v);
-  }();
-  return n;
-}
-
-// cuTensorMapEncodeTiled of the driver, reached through the runtime (no libcuda link); null where
-// the driver does not offer it (then every tile is copied with cp.async).
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
-                                         &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess)
-      return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
 // The tensor map of a TMA tile copy with boxes of box_rows keys (see DecodeParams and
 // tma_tile_view): false where TMA cannot describe the tensor (then every tile is copied with
 // cp.async).
@@ -67,21 +30,12 @@ bool encode_tile_map(TensorMapBytes& map, const KvTensor& kv, KvType type, int32
                      int32_t slot, int32_t box_rows, const AttentionProblem& p) {
   const std::optional<TmaTileView> view = tma_tile_view(kv, type, row_bytes, slot, p);
   if (!view) return false;
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-  if (encode == nullptr) return false;
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(view->extent),
-                              static_cast<cuuint64_t>(p.kv_capacity),
-                              static_cast<cuuint64_t>(p.n_seqs)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(kv.stride_token),
-                                 static_cast<cuuint64_t>(view->seq_stride)};
-  const cuuint32_t box[3] = {static_cast<cuuint32_t>(slot), static_cast<cuuint32_t>(box_rows), 1};
-  const cuuint32_t steps[3] = {1, 1, 1};
-  static_assert(sizeof(TensorMapBytes) == sizeof(CUtensorMap));
-  return encode(reinterpret_cast<CUtensorMap*>(&map), CU_TENSOR_MAP_DATA_TYPE_UINT8, 3,
-                const_cast<void*>(kv.data), dims, strides, box, steps,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  const uint64_t dims[3] = {static_cast<uint64_t>(view->extent),
+                            static_cast<uint64_t>(p.kv_capacity), static_cast<uint64_t>(p.n_seqs)};
+  const uint64_t strides[2] = {static_cast<uint64_t>(kv.stride_token),
+                               static_cast<uint64_t>(view->seq_stride)};
+  const uint32_t box[3] = {static_cast<uint32_t>(slot), static_cast<uint32_t>(box_rows), 1};
+  return encode_tensor_map_u8_3d(map, kv.data, dims, strides, box);
 }
 
 #ifdef KVFLASH_TIMELINE
@@ -133,10 +87,6 @@ struct Timeline {
   }
 };
 #endif
-
-Status cuda_error(cudaError_t e, const char* what) {
-  return Error{ErrorCode::internal, fmt::format("{}: {}", what, cudaGetErrorString(e))};
-}
 
 std::optional<std::string> reject_no_device(const AttentionProblem&) {
   if (device_count() > 0) return std::nullopt;

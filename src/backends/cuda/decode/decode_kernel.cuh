@@ -11,7 +11,7 @@
 // registers and become P^T's B operands through one movmatrix transpose per 8 keys. One token of
 // GQA <= 8 fills one N tile (NR = 1): half the MMAs of a 16-row M tile of queries, and half the
 // accumulators. K and V are decoded from shared memory straight into fragment registers
-// (decode_frags.hpp); q8_0 / q4_0 K go in as raw codes, their bias folded into the accumulator's
+// (common/kv_frags.hpp); q8_0 / q4_0 K go in as raw codes, their bias folded into the accumulator's
 // start and their scale applied to the f32 scores (the key rows are the lane's own rows); turbo
 // types are read in the rotated domain (Q rotated in the prologue; the output is rotated back
 // when finalized).

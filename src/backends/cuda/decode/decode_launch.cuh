@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include "backends/cuda/common/launch.cuh"
 #include "backends/cuda/decode/decode_kernel.cuh"
 
 namespace kvflash::cuda::decode {
@@ -18,24 +19,6 @@ cudaError_t prepare_decode(size_t smem, int* ctas_per_sm) {
   if (e != cudaSuccess) return e;
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, decode_kernel<KT, VT, NR, KS>,
                                                        kThreads, smem);
-}
-
-// Launches `kernel(p)` as a programmatic dependent of the work before it on `stream`: its grid may
-// start while that work finishes, and the kernel's griddepcontrol.wait holds its global reads
-// until that work has completed. (Errors surface through cudaPeekAtLastError, as with <<<>>>.)
-inline void launch_programmatic(void (*kernel)(DecodeParams), const DecodeParams& p, dim3 grid,
-                                int threads, size_t smem, cudaStream_t stream) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(static_cast<unsigned>(threads));
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  cudaLaunchKernelEx(&cfg, kernel, p);
 }
 
 // Programmatic (see the kernel's griddepcontrol.wait): back-to-back decode steps (the layers of a

@@ -4,6 +4,9 @@
 
 #include <cstdint>
 
+#include "backends/cuda/common/fast_div.hpp"
+#include "backends/cuda/common/tensor_map.hpp"
+
 namespace kvflash::cuda::decode {
 
 inline constexpr int kThreads = 128;  // 4 warps per CTA
@@ -28,41 +31,6 @@ inline constexpr int kMergeBatch = 8;
 constexpr int merge_warps(int n_splits) {
   return n_splits > kMergeBatch * kMergeWarps / 2 ? kMergeWarps : kMergeWarps / 2;
 }
-
-// n / d and n % d for 0 <= n < 2^31 with one multiply-high, an add and a shift, the magic number
-// found on the host (fast_div below; the round-up method of Granlund and Montgomery):
-// q = (umulhi(n, mul) + n) >> shr with shr = ceil(log2 d), mul = floor(2^32 (2^shr - d) / d) + 1.
-// The kernels' divisors (head dims, GQA group, splits, tile sizes) are constant per launch, and
-// an integer division on the GPU is a ~20-instruction dependent sequence: the decode prologue and
-// epilogue did about fifty per thread.
-struct FastDiv {
-  int32_t d = 1;
-  uint32_t mul = 1;
-  uint32_t shr = 0;
-};
-constexpr FastDiv fast_div(int32_t d) {
-  FastDiv f;
-  f.d = d;
-  uint32_t s = 0;
-  while ((uint64_t{1} << s) < static_cast<uint64_t>(d)) ++s;
-  f.shr = s;
-  f.mul = static_cast<uint32_t>(
-      ((uint64_t{1} << 32) * ((uint64_t{1} << s) - static_cast<uint64_t>(d))) /
-          static_cast<uint64_t>(d) +
-      1);
-  return f;
-}
-// The quotient as the kernels compute it (host copy for tests; the device uses __umulhi).
-constexpr int32_t fast_div_host(int32_t n, FastDiv f) {
-  const uint32_t hi = static_cast<uint32_t>((uint64_t{static_cast<uint32_t>(n)} * f.mul) >> 32);
-  return static_cast<int32_t>((hi + static_cast<uint32_t>(n)) >> f.shr);
-}
-
-// A CUDA tensor map (CUtensorMap: 128 opaque bytes, 64-byte aligned), encoded on the host by
-// cuTensorMapEncodeTiled; kept opaque here so that this header needs no CUDA headers.
-struct alignas(64) TensorMapBytes {
-  uint64_t w[16];
-};
 
 struct DecodeParams {
   // Tile copies by TMA (tma_k / tma_v set), the tensor viewed as [seq][token][bytes of all

@@ -5,8 +5,9 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "backends/cuda/decode/decode_formats.hpp"
+#include "backends/cuda/common/kv_values.hpp"
 #include "backends/cuda/decode/decode_params.hpp"
+#include "backends/cuda/decode/decode_rules.hpp"
 
 namespace kvflash::cuda::decode {
 namespace {

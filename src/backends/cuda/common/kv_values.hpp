@@ -1,5 +1,5 @@
-// How the CUDA decode kernels read one row of each KV type, written once for the host and the
-// device so that a CPU test can check every index and bit against dequantize_row_rotated.
+// How the CUDA kernels read one row of each KV type, value by value, written once for the host and
+// the device so that a CPU test can check every index and bit against dequantize_row_rotated.
 //
 // K rows feed the B operand of mma.m16n8k16 (the query rows are A). The reduction over head dims
 // may visit the dims in any order as long as Q uses the same order, so each type picks the order
@@ -13,7 +13,6 @@
 
 #include <cstdint>
 
-#include "backends/cuda/decode/decode_rules.hpp"
 #include "kvflash/formats.hpp"
 #include "kvflash/state.hpp"  // KVFLASH_HD
 
@@ -27,7 +26,7 @@
 #define KVFLASH_UNROLL
 #endif
 
-namespace kvflash::cuda::decode {
+namespace kvflash::cuda {
 
 KVFLASH_HD uint16_t load_u16(const uint8_t* p) {
   return *reinterpret_cast<const uint16_t*>(p);
@@ -268,4 +267,4 @@ constexpr int32_t computed_dim_v(KvType t, int32_t d) {
   return static_cast<int32_t>(padded_values(t, d));
 }
 
-}  // namespace kvflash::cuda::decode
+}  // namespace kvflash::cuda

@@ -1,6 +1,6 @@
 // The fragment decoders of the CUDA decode kernel, for the device and, with the same code, for the
 // host (the intrinsics they use have host equivalents below), so that a CPU test checks every
-// operand they build against the row readers of decode_formats.hpp: K rows into the B operands
+// operand they build against the row readers of common/kv_values.hpp: K rows into the B operands
 // of Q.K^T (k_frag_quant, k_frag_turbo: the k_dim order), V rows into the B operands of P.V
 // (v_frags_q8_0_16: 16 consecutive dims; v_frags_q4_0_16, v_frags_turbo16_packed: the v_dim16
 // order). Values come out as half2 bit patterns: (code - bias) * scale in f16, or for turbo the
@@ -13,7 +13,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "backends/cuda/decode/decode_formats.hpp"
+#include "backends/cuda/common/kv_values.hpp"
 #include "kvflash/formats.hpp"
 #include "kvflash/turbo.hpp"
 
@@ -22,7 +22,7 @@
 #include <vector_types.h>
 #endif
 
-namespace kvflash::cuda::decode {
+namespace kvflash::cuda {
 
 // Four and two 32-bit registers: CUDA's uint4 / uint2 where CUDA is, the same layout elsewhere.
 #if defined(__CUDACC__)
@@ -540,4 +540,4 @@ KVFLASH_HD void TurboLut<T>::init() {
   }
 }
 
-}  // namespace kvflash::cuda::decode
+}  // namespace kvflash::cuda
