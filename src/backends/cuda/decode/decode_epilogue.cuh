@@ -9,6 +9,22 @@
 
 namespace kvflash::cuda::decode {
 
+// Where a thread of a decode CTA works (decode_kernel's warp roles), fixed for the CTA's life.
+struct CtaCoords {
+  int tid, lane, warp;
+  int g, t;             // the lane's MMA row (lane / 4) and column (lane % 4)
+  int kg, mt, ds;       // the warp's key group, M tile of query rows and V slice
+  int nt, dv0;          // V dims per lane and key in P.V (slice_w / 8), the lane's first V dim
+  bool active;          // the warp has an (M tile, V slice) to work on
+  int seq, kvh, split;  // the CTA's sequence, KV head and KV split
+  int row0, rows_here;  // its first query row (of the KV head's rows) and how many it has
+};
+
+// The CTA's keys: the sequence's length, and the range k_lo .. k_hi - 1 this split reads.
+struct KeyRange {
+  int64_t len, k_lo, k_hi;
+};
+
 // A warp's running state: O accumulators and, per query row of the lane, the running maximum and
 // sum. NR 1 (keys as the M dimension): O^T tiles o[m][0] for the lane's V dims 2m, 2m + 1 (of
 // its nt) and rows 2t, 2t + 1 (m[0][e], l[0][e]: row 2t + e). NR 2 (query rows as M): o[i] for
@@ -42,12 +58,13 @@ struct RunState<2> {
 // kept apart for size. tl_cta names the CTA's timeline slots (KVFLASH_TIMELINE builds only).
 template <KvType VT, int NR>
 __device__ __forceinline__ void decode_epilogue(const DecodeParams& p, RunState<NR>& rs,
-                                                uint8_t* smem, const uint32_t* sign_words,
-                                                const int* bad_input, int tid, int lane, int warp,
-                                                int g, int t, int kg, int mt, int ds, int nt,
-                                                bool active, int row0, int rows_here, int seq,
-                                                int kvh, int split,
+                                                const CtaCoords& c, uint8_t* smem,
+                                                const uint32_t* sign_words, const int* bad_input,
                                                 [[maybe_unused]] int64_t tl_cta) {
+  const int tid = c.tid, lane = c.lane, warp = c.warp, g = c.g, t = c.t, kg = c.kg, mt = c.mt,
+            ds = c.ds, nt = c.nt, row0 = c.row0, rows_here = c.rows_here, seq = c.seq, kvh = c.kvh,
+            split = c.split;
+  const bool active = c.active;
   // ---- Epilogue: full row sums, then merge the key groups through shared memory.
   // (NR 1: a row's keys are spread over the lanes of the same t; NR 2: over the four t.)
   if constexpr (NR == 1) {

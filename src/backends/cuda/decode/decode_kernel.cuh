@@ -271,6 +271,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // the lane the running maximum and sum (RunState).
   RunState<NR> rs;
   rs.init();
+  const CtaCoords cta{tid, lane, warp,   g,   t,   kg,    mt,   ds,
+                      nt,  dv0,  active, seq, kvh, split, row0, rows_here};
+  [[maybe_unused]] const KeyRange range{len, k_lo, k_hi};
+  [[maybe_unused]] const RowSlots slots{k_slot, v_slot0, v_slot1};
+  [[maybe_unused]] const Codebooks<KT, VT> books{tlut_k, tlut_v, lut_k, lut_v};
 
   // Up to n_stages tiles in flight: refill the stage of tile ti - 1 (consumed before the last
   // iteration's closing barrier) with tile ti + n_stages - 1, then wait for tile ti only.
@@ -630,9 +635,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
               pv);
         } else {
           // 9+ query rows per KV head: rows as the M dimension (decode_step_rows.cuh).
-          rows_as_m_step<KT, VT>(p, rs, ks, vs, s, j0, q_frag, k_slot, v_slot0, v_slot1,
-                                 tile_visible, plain, k_hi, len, row0, mt, kvh, seq, lane, g, t, nt,
-                                 dv0, ds, tlut_k, tlut_v, lut_k, lut_v);
+          rows_as_m_step<KT, VT>(p, rs, cta, StepTiles{ks, vs, s, j0, tile_visible, plain}, q_frag,
+                                 slots, range, books);
         }
       }
     }
@@ -641,8 +645,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   cp_async_wait<0>();
   KVFLASH_TL(tl_cta, 4);
 
-  decode_epilogue<VT, NR>(p, rs, smem, sign_words, &bad_input, tid, lane, warp, g, t, kg, mt, ds,
-                          nt, active, row0, rows_here, seq, kvh, split, tl_cta);
+  decode_epilogue<VT, NR>(p, rs, cta, smem, sign_words, &bad_input, tl_cta);
 }
 
 }  // namespace kvflash::cuda::decode

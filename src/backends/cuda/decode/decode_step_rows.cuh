@@ -11,16 +11,47 @@
 
 namespace kvflash::cuda::decode {
 
-// ks, vs: the stage's K and V tiles; s: the step in the tile (keys j0 .. j0 + 15); k_slot,
-// v_slot0/1: the byte offsets of the lane's rows from a step's first slot (decode_kernel);
-// tile_visible / plain: every key of the tile visible to every row / nothing added to scores.
+// One 16-key step's view of the stage: the K and V tiles, the step s in the tile (keys j0 ..
+// j0 + 15), whether every key of the tile is visible to every row (tile_visible) and nothing is
+// added to the scores (plain).
+struct StepTiles {
+  const uint8_t* ks;
+  const uint8_t* vs;
+  int s;
+  int64_t j0;
+  bool tile_visible, plain;
+};
+
+// The byte offsets of a lane's K row and V rows from a step's first slot (decode_kernel).
+struct RowSlots {
+  int k_slot, v_slot0, v_slot1;
+};
+
+// The K and V types' codebook tables (turbo: packed lookups and float centroids).
 template <KvType KT, KvType VT>
-__device__ __forceinline__ void rows_as_m_step(
-    const DecodeParams& p, RunState<2>& rs, const uint8_t* ks, const uint8_t* vs, int s, int64_t j0,
-    const uint4* q_frag, int k_slot, int v_slot0, int v_slot1, bool tile_visible, bool plain,
-    int64_t k_hi, int64_t len, int row0, int mt, int kvh, int seq, int lane, int g, int t, int nt,
-    int dv0, int ds, const TurboLut<KT>& tlut_k, const TurboLut<VT>& tlut_v, const float* lut_k,
-    const float* lut_v) {
+struct Codebooks {
+  const TurboLut<KT>& tlut_k;
+  const TurboLut<VT>& tlut_v;
+  const float* lut_k;
+  const float* lut_v;
+};
+
+template <KvType KT, KvType VT>
+__device__ __forceinline__ void rows_as_m_step(const DecodeParams& p, RunState<2>& rs,
+                                               const CtaCoords& c, const StepTiles& st,
+                                               const uint4* q_frag, const RowSlots& slots,
+                                               const KeyRange& range,
+                                               const Codebooks<KT, VT>& books) {
+  const uint8_t *ks = st.ks, *vs = st.vs;
+  const int s = st.s;
+  const int64_t j0 = st.j0, k_hi = range.k_hi, len = range.len;
+  const bool tile_visible = st.tile_visible, plain = st.plain;
+  const int k_slot = slots.k_slot, v_slot0 = slots.v_slot0, v_slot1 = slots.v_slot1;
+  const int row0 = c.row0, mt = c.mt, kvh = c.kvh, seq = c.seq, lane = c.lane, g = c.g, t = c.t,
+            nt = c.nt, dv0 = c.dv0, ds = c.ds;
+  const TurboLut<KT>& tlut_k = books.tlut_k;
+  const TurboLut<VT>& tlut_v = books.tlut_v;
+  const float *lut_k = books.lut_k, *lut_v = books.lut_v;
   constexpr bool kBfK = KT == KvType::bf16;
   constexpr bool kBfV = VT == KvType::bf16;
   // S = Q.K^T for 16 keys: n-tile n holds keys j0 + 8n + (0..7); this thread loads key
