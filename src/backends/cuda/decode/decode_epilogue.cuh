@@ -5,25 +5,10 @@
 
 #include <cstdint>
 
+#include "backends/cuda/decode/decode_cta.cuh"
 #include "backends/cuda/decode/decode_device.cuh"
 
 namespace kvflash::cuda::decode {
-
-// Where a thread of a decode CTA works (decode_kernel's warp roles), fixed for the CTA's life.
-struct CtaCoords {
-  int tid, lane, warp;
-  int g, t;             // the lane's MMA row (lane / 4) and column (lane % 4)
-  int kg, mt, ds;       // the warp's key group, M tile of query rows and V slice
-  int nt, dv0;          // V dims per lane and key in P.V (slice_w / 8), the lane's first V dim
-  bool active;          // the warp has an (M tile, V slice) to work on
-  int seq, kvh, split;  // the CTA's sequence, KV head and KV split
-  int row0, rows_here;  // its first query row (of the KV head's rows) and how many it has
-};
-
-// The CTA's keys: the sequence's length, and the range k_lo .. k_hi - 1 this split reads.
-struct KeyRange {
-  int64_t len, k_lo, k_hi;
-};
 
 // A warp's running state: O accumulators and, per query row of the lane, the running maximum and
 // sum. NR 1 (keys as the M dimension): O^T tiles o[m][0] for the lane's V dims 2m, 2m + 1 (of

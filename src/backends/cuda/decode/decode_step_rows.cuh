@@ -6,35 +6,11 @@
 
 #include <cstdint>
 
+#include "backends/cuda/decode/decode_cta.cuh"
 #include "backends/cuda/decode/decode_device.cuh"
 #include "backends/cuda/decode/decode_epilogue.cuh"
 
 namespace kvflash::cuda::decode {
-
-// One 16-key step's view of the stage: the K and V tiles, the step s in the tile (keys j0 ..
-// j0 + 15), whether every key of the tile is visible to every row (tile_visible) and nothing is
-// added to the scores (plain).
-struct StepTiles {
-  const uint8_t* ks;
-  const uint8_t* vs;
-  int s;
-  int64_t j0;
-  bool tile_visible, plain;
-};
-
-// The byte offsets of a lane's K row and V rows from a step's first slot (decode_kernel).
-struct RowSlots {
-  int k_slot, v_slot0, v_slot1;
-};
-
-// The K and V types' codebook tables (turbo: packed lookups and float centroids).
-template <KvType KT, KvType VT>
-struct Codebooks {
-  const TurboLut<KT>& tlut_k;
-  const TurboLut<VT>& tlut_v;
-  const float* lut_k;
-  const float* lut_v;
-};
 
 template <KvType KT, KvType VT>
 __device__ __forceinline__ void rows_as_m_step(const DecodeParams& p, RunState<2>& rs,
