@@ -36,6 +36,79 @@
 namespace kvflash::cuda::decode {
 
 // ---------------------------------------------------------------------------------------------
+// The kernel's steps
+
+// Q's rows (f32) into `qs` (stage 1's area) with cp.async, their own commit group, issued before
+// the length is read: no registers held, and their latency overlaps the length's and tile 0's
+// (they were two round trips one after the other in the prologue). Rows past rows_here and dims
+// past dk are zero-filled. The scale is applied when the fragments are packed.
+__device__ __forceinline__ void stage_q_rows(const DecodeParams& p, float* qs, int tid, int seq,
+                                             int kvh, int row0, int rows_here) {
+  const int per_row4 = p.dkc / 4, total4 = p.row_block * per_row4;
+  for (int i = tid; i < total4; i += kThreads) {
+    const int r = fdiv(i, p.div_q4), d = 4 * (i - r * per_row4);
+    const bool ok = r < rows_here && d < p.dk;
+    const int rr = row0 + (ok ? r : 0), tok = fdiv(rr, p.div_group);
+    const int qh = kvh * p.group + rr - tok * p.group;
+    const float* src =
+        p.q + ((int64_t{seq} * p.n_q_tokens + tok) * p.n_q_heads + qh) * p.dk + (ok ? d : 0);
+    if (p.q_vec4) {
+      cp_async<16>(qs + 4 * i, src, ok ? 16 : 0);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) cp_async<4>(qs + 4 * i + e, src + e, ok && d + e < p.dk ? 4 : 0);
+    }
+  }
+  cp_async_commit();
+}
+
+// The CTA's keys: the sequence's length (read on the device), and this split's range of the keys
+// any row can see: all before len (the last query sits at len - 1), and with a window none
+// before the first query's window. Lengths live on the device, where the host cannot check them
+// without a sync: hi stops at kv_capacity, so a length outside 0 .. kv_capacity (an engine's
+// bug) reads nothing past the cache (a negative one nothing at all), and the epilogue writes NaN
+// for its sequence (the CPU backend returns an error for it). Split ranges are multiples of 16
+// keys (busiest_sm_tiles on the host counts them so).
+__device__ __forceinline__ KeyRange cta_key_range(const DecodeParams& p, int seq, int split) {
+  const int64_t len = p.kv_lens[seq];
+  int64_t lo = 0, hi = min(len, p.kv_capacity);
+  if (p.window > 0) lo = max(int64_t{0}, len - p.n_q_tokens - p.window + 1);
+  if (hi < lo) hi = lo;
+  const int64_t span = hi - lo + p.n_splits - 1;
+  int64_t chunk =
+      span < (int64_t{1} << 31) ? fdiv(static_cast<int>(span), p.div_splits) : span / p.n_splits;
+  chunk = (chunk + 15) / 16 * 16;
+  const int64_t k_lo = min(hi, lo + split * chunk);
+  return {len, k_lo, min(hi, k_lo + chunk)};
+}
+
+// Waits for a stage's TMA copies (use: the stage's use count, its barrier phase), then zeroes the
+// rows past the range's end in its last 16-key step, which the copies filled with whatever the
+// tensor holds there, so that they read as zero as the cp.async copies leave them: only in a
+// range's last tile, and only where its end is not a multiple of 16 keys from the range's start
+// (the end of the sequence; split ranges are multiples of 16). Steps past the end are never
+// read. tile_key0, k_hi: the tile's first key, the range's end. Returns whether it zeroed rows
+// (then the CTA must pass a barrier before reading them).
+__device__ __forceinline__ bool wait_tma_tile(const DecodeParams& p, uint64_t* bar, int use,
+                                              uint8_t* kst, int k_tile_bytes, int64_t tile_key0,
+                                              int64_t k_hi, int tid) {
+  mbar_wait(bar, use & 1);
+  const int rows_valid = static_cast<int>(min(int64_t{p.bk}, k_hi - tile_key0));
+  const int rows_read = min(p.bk, (rows_valid + 15) & ~15);
+  if (rows_valid >= rows_read) return false;
+#pragma unroll
+  for (int which = 0; which < 2; ++which) {
+    if (!(which == 0 ? p.tma_k : p.tma_v)) continue;
+    const int sstride = which == 0 ? p.sk_stride : p.sv_stride;
+    uint8_t* dst = kst + (which == 0 ? 0 : k_tile_bytes) + rows_valid * sstride;
+    const int n16 = (rows_read - rows_valid) * sstride / 16;
+    for (int i = tid; i < n16; i += kThreads)
+      reinterpret_cast<uint4*>(dst)[i] = make_uint4(0, 0, 0, 0);
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
 // The kernel
 
 // NR: 1 for up to 8 query rows per KV head (S^T = K.Q^T, one N tile of 8 rows), else 2 (S =
@@ -71,46 +144,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   KVFLASH_TL(tl_cta, 1);
   const int row0 = rb * p.row_block;
   const int rows_here = min(p.row_block, p.rows - row0);
-  // Q rows (f32) go to stage 1's area with cp.async, their own commit group, before the length is
-  // read: no registers held, and their latency overlaps the length's and tile 0's (they were
-  // two round trips one after the other in the prologue). Rows past rows_here and dims past dk
-  // are zero-filled. The scale is applied when the fragments are packed.
   float* const qs = reinterpret_cast<float*>(smem + p.smem_q_bytes + p.smem_kv_bytes);
-  {
-    const int per_row4 = p.dkc / 4, total4 = p.row_block * per_row4;
-    for (int i = tid; i < total4; i += kThreads) {
-      const int r = fdiv(i, p.div_q4), d = 4 * (i - r * per_row4);
-      const bool ok = r < rows_here && d < p.dk;
-      const int rr = row0 + (ok ? r : 0), tok = fdiv(rr, p.div_group);
-      const int qh = kvh * p.group + rr - tok * p.group;
-      const float* src =
-          p.q + ((int64_t{seq} * p.n_q_tokens + tok) * p.n_q_heads + qh) * p.dk + (ok ? d : 0);
-      if (p.q_vec4) {
-        cp_async<16>(qs + 4 * i, src, ok ? 16 : 0);
-      } else {
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          cp_async<4>(qs + 4 * i + e, src + e, ok && d + e < p.dk ? 4 : 0);
-      }
-    }
-    cp_async_commit();
-  }
-  const int64_t len = p.kv_lens[seq];
-
-  // Keys any row can see: all before len (the last query sits at len - 1), and with a window
-  // none before the first query's window. Lengths live on the device, where the host cannot
-  // check them without a sync: hi stops at kv_capacity, so a length outside 0 .. kv_capacity (an
-  // engine's bug) reads nothing past the cache (a negative one nothing at all), and the epilogue
-  // writes NaN for its sequence (the CPU backend returns an error for it).
-  int64_t lo = 0, hi = min(len, p.kv_capacity);
-  if (p.window > 0) lo = max(int64_t{0}, len - p.n_q_tokens - p.window + 1);
-  if (hi < lo) hi = lo;
-  const int64_t span = hi - lo + p.n_splits - 1;
-  int64_t chunk =
-      span < (int64_t{1} << 31) ? fdiv(static_cast<int>(span), p.div_splits) : span / p.n_splits;
-  chunk = (chunk + 15) / 16 * 16;
-  const int64_t k_lo = min(hi, lo + split * chunk);
-  const int64_t k_hi = min(hi, k_lo + chunk);
+  stage_q_rows(p, qs, tid, seq, kvh, row0, rows_here);
+  const KeyRange range = cta_key_range(p, seq, split);
+  const int64_t len = range.len, k_lo = range.k_lo, k_hi = range.k_hi;
 
   // Shared memory: [Q fragments][stage 0: K tile, V tile][stage 1: ...]
   uint4* q_frag = reinterpret_cast<uint4*>(smem);
@@ -260,7 +297,6 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   rs.init();
   const CtaCoords cta{tid, lane, warp,   g,   t,   kg,    mt,   ds,
                       nt,  dv0,  active, seq, kvh, split, row0, rows_here};
-  [[maybe_unused]] const KeyRange range{len, k_lo, k_hi};
   [[maybe_unused]] const RowSlots slots{k_slot, v_slot0, v_slot1};
   [[maybe_unused]] const Codebooks<KT, VT> books{tlut_k, tlut_v, lut_k, lut_v};
 
@@ -279,28 +315,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     const int use = fdiv(ti, p.div_stages), stage = ti - use * p.n_stages;
     uint8_t* const kst = stage_base + stage * p.smem_kv_bytes;
     const int64_t tile_key0 = k_lo + int64_t{ti} * p.bk;
-    bool zero_filled = false;
-    if (kTma && p.tma_bytes > 0) {
-      mbar_wait(&tile_bar[stage], use & 1);
-      // Rows past k_hi in the last 16-key step read as zero, as the cp.async copies leave them
-      // (TMA copied whatever the tensor holds there): only in a range's last tile, and only
-      // where k_hi is not a multiple of 16 keys from the range's start (the end of the
-      // sequence; split ranges are multiples of 16). Steps past k_hi are never read.
-      const int rows_valid = static_cast<int>(min(int64_t{p.bk}, k_hi - tile_key0));
-      const int rows_read = min(p.bk, (rows_valid + 15) & ~15);
-      zero_filled = rows_valid < rows_read;
-      if (zero_filled) {
-#pragma unroll
-        for (int which = 0; which < 2; ++which) {
-          if (!(which == 0 ? p.tma_k : p.tma_v)) continue;
-          const int sstride = which == 0 ? p.sk_stride : p.sv_stride;
-          uint8_t* dst = kst + (which == 0 ? 0 : k_tile_bytes) + rows_valid * sstride;
-          const int n16 = (rows_read - rows_valid) * sstride / 16;
-          for (int i = tid; i < n16; i += kThreads)
-            reinterpret_cast<uint4*>(dst)[i] = make_uint4(0, 0, 0, 0);
-        }
-      }
-    }
+    const bool zero_filled =
+        kTma && p.tma_bytes > 0 &&
+        wait_tma_tile(p, &tile_bar[stage], use, kst, k_tile_bytes, tile_key0, k_hi, tid);
     // A tile that TMA copied whole is visible to each thread once its own wait above returns: a
     // CTA barrier is needed only for cp.async copies (each thread waited for its own) and for the
     // zero-filled rows of a range's last tile. (Float rows never go by TMA: their kernels keep
