@@ -205,9 +205,6 @@ TEST(CudaDecodeLengths, OutsideTheCapacityGiveNaNRowsAndReadNothingPastTheCache)
       }
 }
 
-}  // namespace
-}  // namespace kvflash::gputest
-
 // The plan carries everything run() needs but the tensors; what run() needs of their layout
 // (here: f16 rows copied in 16-byte units need a 16-byte aligned data pointer) is part of
 // validate(plan, tensors), so run() refuses nothing that passes it, and refuses what fails it
@@ -252,3 +249,6 @@ TEST(CudaDecodePlan, ValidateOfThePlanStatesTheLayoutRunNeeds) {
   KVFLASH_ASSERT_OK(stream.synchronize());
   KVFLASH_ASSERT_OK(gpu::last_error());
 }
+
+}  // namespace
+}  // namespace kvflash::gputest
