@@ -232,6 +232,8 @@ void plan_decode(Plan& plan) {
 // device, and K / V layouts its tile copies can read (copy_mode).
 Status check_decode_tensors(const Plan& plan, const AttentionTensors& t) {
   const AttentionProblem& p = plan.problem;
+  if (dynamic_cast<const DecodePlan*>(plan.detail.get()) == nullptr)
+    return invalid_argument("plan.detail holds no cuda.decode plan: make the plan with plan()");
   if (t.kv_lens == nullptr)
     return invalid_argument(
         "cuda.decode reads the lengths on the device: tensors.kv_lens must be "
