@@ -97,6 +97,7 @@ class CudaDecode : public ::testing::TestWithParam<DecodeCase> {};
 TEST_P(CudaDecode, MatchesTheFloat64Reference) {
   KVFLASH_REQUIRE_GPU();
   const DecodeCase& c = GetParam();
+  KVFLASH_REQUIRE_PAIR(c.k_type, c.v_type);
   std::vector<int64_t> lens = c.lens;
   for (int64_t& l : lens) l = quick_len(l);
   AttentionProblem p;

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <tuple>
 
+#include "backends/cuda/decode/decode_pairs.hpp"
 #include "kvflash/formats.hpp"
 #include "kvflash/reference.hpp"
 
@@ -35,6 +36,10 @@ std::vector<float> as_floats(const std::vector<uint8_t>& bytes) {
 }
 
 }  // namespace
+
+std::optional<std::string> pair_not_built(KvType k, KvType v) {
+  return cuda::decode::pair_not_built(k, v, cuda::decode::all_pairs_built());
+}
 
 bool quick() {
   const char* v = std::getenv("KVFLASH_GPU_TEST_QUICK");

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +24,13 @@
 #define KVFLASH_REQUIRE_GPU()                                                  \
   do {                                                                         \
     if (::kvflash::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"; \
+  } while (0)
+
+// A build without KVFLASH_CUDA_ALL_PAIRS compiles the decode kernels of the default (K, V) pairs
+// only (decode_pairs.hpp): a test of another pair skips there, saying so and naming the option.
+#define KVFLASH_REQUIRE_PAIR(k, v)                                                   \
+  do {                                                                               \
+    if (auto why_ = ::kvflash::gputest::pair_not_built(k, v)) GTEST_SKIP() << *why_; \
   } while (0)
 
 #define KVFLASH_CONCAT_INNER(a, b) a##b
@@ -40,6 +48,9 @@
   } while (0)
 
 namespace kvflash::gputest {
+
+// Why this build has no CUDA decode kernels for (k, v), or nullopt (KVFLASH_REQUIRE_PAIR).
+std::optional<std::string> pair_not_built(KvType k, KvType v);
 
 // KVFLASH_GPU_TEST_QUICK set to anything but "" or "0".
 bool quick();

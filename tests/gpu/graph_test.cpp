@@ -97,6 +97,7 @@ TEST(CudaGraph, OneCaptureServesEveryLength) {
 // the first run's output.
 TEST(CudaGraph, AnyWorkspaceContentsGiveTheSameResult) {
   KVFLASH_REQUIRE_GPU();
+  KVFLASH_REQUIRE_PAIR(KvType::q4_0, KvType::q8_0);
   const AttentionProblem p = one_token_problem(KvType::q4_0, KvType::q8_0, 5000);
   AttentionProblem other = one_token_problem(KvType::f16, KvType::f16, 5000);
   other.n_q_heads = 16;  // GQA 8

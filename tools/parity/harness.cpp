@@ -50,6 +50,20 @@ std::string first_line(const std::string& s) {
   return s.substr(0, s.find('\n'));
 }
 
+// Why backend b's candidates reject a case: the lines of select_kernel's message about them (it
+// lists every candidate as "\n  <name> (priority <n>): <guard>: <reason>", and names start with
+// "<backend>."), e.g. a pair this build has no CUDA kernels for; else its first line.
+std::string backend_reasons(const std::string& message, Backend b) {
+  const std::string prefix = fmt::format("\n  {}.", to_string(b));
+  std::string out;
+  for (size_t at = message.find(prefix); at != std::string::npos;
+       at = message.find(prefix, at + 1)) {
+    const size_t from = at + 3, to = message.find('\n', from);  // to - from: all when npos
+    out += (out.empty() ? "" : "; ") + message.substr(from, to - from);
+  }
+  return out.empty() ? first_line(message) : out;
+}
+
 struct Reference {
   std::string error;  // non-empty: the oracle itself failed, every backend fails with this
   std::vector<double> out;
@@ -366,7 +380,7 @@ void run_one(CaseData& data, const RunOptions& opt, CaseResult& r) {
     const Expected<const KernelCandidate*> any = select_kernel(p, select_options(opt, {}));
     r.outcome = any ? Outcome::skip : Outcome::fail;
     r.message = any ? fmt::format("unsupported on {} (served by {}): {}", to_string(r.backend),
-                                  (*any)->name, first_line(sel.error().message))
+                                  (*any)->name, backend_reasons(sel.error().message, r.backend))
                     : "no backend serves this case: " + sel.error().message;
     return;
   }

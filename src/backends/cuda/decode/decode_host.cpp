@@ -17,6 +17,7 @@
 #include "backends/cuda/common/device_info.hpp"
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/decode/decode_instances.hpp"
+#include "backends/cuda/decode/decode_pairs.hpp"
 #include "backends/cuda/decode/decode_plan.hpp"
 
 namespace kvflash::cuda::decode {
@@ -342,6 +343,7 @@ void register_decode(std::vector<KernelCandidate>& out) {
   c.opt_in_only = false;
   c.guards = {{"cuda_device", reject_no_device},
               {"compute_capability", reject_arch},
+              {"kv_types", reject_pair_not_built},
               {"decode_q_tokens", reject_q_tokens},
               {"grid", reject_grid},
               {"shared_memory", reject_smem}};

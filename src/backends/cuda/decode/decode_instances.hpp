@@ -1,6 +1,6 @@
 // The decode kernel instances: one per (K type, V type, query n-tiles 1 or 2), and the K-split
-// ones, defined in the generated files instances/decode_*.cu (generator: gen_instances.py beside
-// this file).
+// ones, defined in the generated files instances/{default_pairs,all_pairs}/ (generator:
+// gen_instances.py beside this file; a build compiles one of the two sets, KVFLASH_CUDA_ALL_PAIRS).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,8 +16,9 @@ struct DecodeInstance {
   void (*launch)(const DecodeParams& p, dim3 grid, size_t smem, cudaStream_t stream);
 };
 
-// The instance for a type pair (every pair of kAllKvTypes has one) and n_qtiles (1 or 2); with
-// k_split (decode_layout: one n-tile, K = V, not f32) the one that splits K between V slices.
+// The instance for a type pair and n_qtiles (1 or 2); with k_split (decode_layout: one n-tile,
+// K = V, not f32) the one that splits K between V slices. Null functions for a pair this build did
+// not compile (decode_pairs.hpp: pair_built; cuda.decode's guard kv_types rejects it).
 const DecodeInstance& decode_instance(KvType k, KvType v, int n_qtiles, bool k_split);
 
 // The launcher of the split merge (and finalize) kernel for V type v.

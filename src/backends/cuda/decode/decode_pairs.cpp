@@ -1,0 +1,50 @@
+#include "backends/cuda/decode/decode_pairs.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+// Set by src/backends/cuda/CMakeLists.txt from the CMake option of the same name, for this file
+// and for decode.cu's kernel table alike.
+#ifndef KVFLASH_CUDA_ALL_PAIRS
+#error "KVFLASH_CUDA_ALL_PAIRS (0 or 1) must be defined by the build"
+#endif
+
+namespace kvflash::cuda::decode {
+
+namespace {
+
+// "every type with itself, q8_0 K with q4_0/turbo2/turbo3/turbo4 V, ...", from kDefaultPairs.
+std::string default_pairs_text() {
+  const bool diagonal = std::all_of(kAllKvTypes.begin(), kAllKvTypes.end(),
+                                    [](KvType t) { return is_default_pair(t, t); });
+  std::string s = diagonal ? "every type with itself" : "";
+  for (KvType k : kAllKvTypes) {
+    std::string vs;
+    for (const KvTypePair& p : kDefaultPairs)
+      if (p.k == k && !(diagonal && p.v == k))
+        vs += fmt::format("{}{}", vs.empty() ? "" : "/", to_string(p.v));
+    if (!vs.empty()) s += fmt::format("{}{} K with {} V", s.empty() ? "" : ", ", to_string(k), vs);
+  }
+  return s;
+}
+
+}  // namespace
+
+bool all_pairs_built() {
+  return KVFLASH_CUDA_ALL_PAIRS != 0;
+}
+
+std::optional<std::string> pair_not_built(KvType k, KvType v, bool all_pairs) {
+  if (pair_built(k, v, all_pairs)) return std::nullopt;
+  return fmt::format(
+      "k_type {} with v_type {} is not in this build's CUDA instances (the default set: {}); "
+      "configure with -DKVFLASH_CUDA_ALL_PAIRS=ON to build all {} pairs",
+      to_string(k), to_string(v), default_pairs_text(), kAllKvTypes.size() * kAllKvTypes.size());
+}
+
+std::optional<std::string> reject_pair_not_built(const AttentionProblem& p) {
+  return pair_not_built(p.k_type, p.v_type, all_pairs_built());
+}
+
+}  // namespace kvflash::cuda::decode

@@ -1,0 +1,99 @@
+// Which (K, V) type pairs a build compiles CUDA decode kernels for (decode_pairs.hpp), tested on
+// the CPU: the default set, all 64 pairs with KVFLASH_CUDA_ALL_PAIRS=ON, the guard of cuda.decode
+// that refuses the others with a message naming the option, and (in a CUDA build) that the
+// candidate carries that guard.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "backends/cuda/decode/decode_pairs.hpp"
+#include "kvflash/registry.hpp"
+
+namespace kvflash::cuda::decode {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Written out here, apart from gen_instances.py's DEFAULT_PAIRS, so that a change of the default
+// set is a visible decision: every type with itself, q8_0 K with q4_0 and turbo V, q4_0 K with
+// turbo V.
+std::set<std::pair<KvType, KvType>> default_set() {
+  using enum KvType;
+  std::set<std::pair<KvType, KvType>> s;
+  for (KvType t : kAllKvTypes) s.emplace(t, t);
+  for (KvType v : {q4_0, turbo2, turbo3, turbo4}) s.emplace(q8_0, v);
+  for (KvType v : {turbo2, turbo3, turbo4}) s.emplace(q4_0, v);
+  return s;
+}
+
+AttentionProblem problem(KvType k, KvType v) {
+  AttentionProblem p;
+  p.k_type = k;
+  p.v_type = v;
+  return p;
+}
+
+TEST(CudaDecodePairs, TheDefaultSetIsEveryTypeWithItselfAndTheCommonMixedPairs) {
+  const std::set<std::pair<KvType, KvType>> want = default_set();
+  EXPECT_EQ(want.size(), 15u);
+  EXPECT_EQ(std::size(kDefaultPairs), want.size());
+  for (KvType k : kAllKvTypes)
+    for (KvType v : kAllKvTypes) {
+      SCOPED_TRACE(std::string(to_string(k)) + "/" + std::string(to_string(v)));
+      EXPECT_EQ(pair_built(k, v, false), want.count({k, v}) == 1);
+      EXPECT_TRUE(pair_built(k, v, true));
+    }
+}
+
+TEST(CudaDecodePairs, TheGuardAcceptsExactlyThisBuildsPairs) {
+  const std::set<std::pair<KvType, KvType>> want = default_set();
+  int accepted = 0;
+  for (KvType k : kAllKvTypes)
+    for (KvType v : kAllKvTypes) {
+      SCOPED_TRACE(std::string(to_string(k)) + "/" + std::string(to_string(v)));
+      const std::optional<std::string> why = reject_pair_not_built(problem(k, v));
+      EXPECT_EQ(!why.has_value(), all_pairs_built() || want.count({k, v}) == 1);
+      if (why) {
+        EXPECT_THAT(*why, HasSubstr("-DKVFLASH_CUDA_ALL_PAIRS=ON"));
+      }
+      accepted += !why;
+    }
+  EXPECT_EQ(accepted, all_pairs_built() ? 64 : 15);
+}
+
+TEST(CudaDecodePairs, TheMessageNamesThePairTheDefaultSetAndTheOption) {
+  const std::optional<std::string> why = pair_not_built(KvType::q8_0, KvType::f16, false);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_EQ(*why,
+            "k_type q8_0 with v_type f16 is not in this build's CUDA instances (the default set: "
+            "every type with itself, q8_0 K with q4_0/turbo2/turbo3/turbo4 V, q4_0 K with "
+            "turbo2/turbo3/turbo4 V); configure with -DKVFLASH_CUDA_ALL_PAIRS=ON to build all 64 "
+            "pairs");
+  EXPECT_FALSE(pair_not_built(KvType::q8_0, KvType::f16, true).has_value());
+  EXPECT_FALSE(pair_not_built(KvType::q8_0, KvType::turbo4, false).has_value());
+}
+
+// The guard is registered: cuda.decode carries it under the name "kv_types" (its reason is what
+// select_kernel reports for the candidate). Checked without a device: the guard is called directly.
+TEST(CudaDecodePairs, TheCudaDecodeCandidateCarriesTheGuard) {
+  const auto& all = kernel_candidates();
+  const auto c = std::find_if(all.begin(), all.end(),
+                              [](const KernelCandidate& k) { return k.name == "cuda.decode"; });
+  if (c == all.end()) GTEST_SKIP() << "this build has no CUDA kernels";
+  const auto g = std::find_if(c->guards.begin(), c->guards.end(),
+                              [](const Guard& x) { return x.name == "kv_types"; });
+  ASSERT_NE(g, c->guards.end());
+  for (KvType k : kAllKvTypes)
+    for (KvType v : kAllKvTypes) {
+      SCOPED_TRACE(std::string(to_string(k)) + "/" + std::string(to_string(v)));
+      EXPECT_EQ(g->reject(problem(k, v)), reject_pair_not_built(problem(k, v)));
+    }
+}
+
+}  // namespace
+}  // namespace kvflash::cuda::decode
