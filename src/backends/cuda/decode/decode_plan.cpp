@@ -62,9 +62,8 @@ DecodeLayout decode_layout(const AttentionProblem& p) {
 
   const int32_t k_units = is_rotated(p.k_type) ? l.dkc / 128 : l.dkc / 32;  // split units
   const int32_t k_unit_blocks = is_rotated(p.k_type) ? 4 : 1;
-  // (Instances for K = V types other than f32: gen_instances.py's SPLIT.)
   l.k_split = l.n_qtiles == 1 && l.n_dslices > 1 && k_units % l.n_dslices == 0 &&
-              p.k_type == p.v_type && p.k_type != KvType::f32;
+              has_k_split_kernel(p.k_type, p.v_type);
   l.k_share = l.k_split ? k_units / l.n_dslices * k_unit_blocks : l.dkc / 32;
   l.int8_qk = uses_int8_qk(p.k_type, p.v_type, l.n_qtiles, l.k_split);
 

@@ -17,6 +17,28 @@ constexpr bool uses_int8_qk(KvType k, KvType v, int n_qtiles, bool k_split) {
   return (k == KvType::q8_0 || k == KvType::q4_0) && is_rotated(v) && n_qtiles == 1 && !k_split;
 }
 
+// The K = V types with a kernel that splits K's dims between the V slices (decode_layout's
+// k_split: one query n-tile, head dims above 128). gen_instances.py reads this list to write those
+// instances, so the list below is the one place that names them (keep it one line per type).
+inline constexpr KvType kKSplitTypes[] = {
+    KvType::f16,
+    KvType::bf16,
+    KvType::q8_0,
+    KvType::q4_0,
+    KvType::turbo2,
+    KvType::turbo3,
+    KvType::turbo4,
+};
+
+// Whether the build has a K-split kernel for this (K, V) pair (it may still be outside a trimmed
+// build: pair_built).
+constexpr bool has_k_split_kernel(KvType k, KvType v) {
+  if (k != v) return false;
+  for (KvType t : kKSplitTypes)
+    if (t == k) return true;
+  return false;
+}
+
 // Whether a type's tiles may be copied by TMA (tma_tile_view; the kernels compile the TMA code
 // only where K or V may): quantized rows. Float rows keep cp.async: their padded slots would
 // need boxes reading into the next head's row (measured 0.80x at 1M).
