@@ -1,6 +1,6 @@
 // Tensor-core and transcendental building blocks of the CUDA kernels, as thin wrappers of their
-// PTX: a one-instruction exp2, f16/bf16 packing, the m8n8 transpose, mma.sync m16n8k16 (f16 or
-// bf16, f32 accumulation) and m16n8k32 (int8, s32 accumulation).
+// PTX: a one-instruction exp2, f16/bf16 packing, the m8n8 transpose, ldmatrix, mma.sync m16n8k16
+// (f16 or bf16, f32 accumulation) and m16n8k32 (int8, s32 accumulation).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -36,6 +36,25 @@ __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
   uint32_t y;
   asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(y) : "r"(x));
   return y;
+}
+
+// Four 8x8 matrices of 16-bit values from shared memory, lane l giving the address of row l % 8
+// of matrix l / 8 (16 contiguous bytes): r[i] is matrix i as an m8n8 fragment (lane 4r + c: row r,
+// columns 2c, 2c + 1), or with .trans its transpose. Row-major Q / K tiles give mma.m16n8k16's
+// A and (K as N x K) B operands directly, V's rows (keys x dims) its B operands transposed.
+__device__ __forceinline__ uint4 ldmatrix_x4(uint32_t addr) {
+  uint4 r;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "r"(addr));
+  return r;
+}
+__device__ __forceinline__ uint4 ldmatrix_x4_trans(uint32_t addr) {
+  uint4 r;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "r"(addr));
+  return r;
 }
 
 // D += A.B for one m16n8k16 tile, f32 accumulation.

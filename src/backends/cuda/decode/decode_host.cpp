@@ -89,25 +89,6 @@ struct Timeline {
 };
 #endif
 
-std::optional<std::string> reject_no_device(const AttentionProblem&) {
-  if (device_count() > 0) return std::nullopt;
-  return std::string("no CUDA device is visible");
-}
-
-// The kernels use Hopper instructions (griddepcontrol) and are built for sm_90 (+ its PTX).
-std::optional<std::string> reject_arch(const AttentionProblem&) {
-  static const int cc = [] {
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
-      return 0;
-    return 10 * major + minor;
-  }();
-  if (cc >= 90) return std::nullopt;
-  return fmt::format("the current device is sm_{}; cuda.decode needs sm_90 (Hopper) or newer", cc);
-}
-
 std::optional<std::string> reject_q_tokens(const AttentionProblem& p) {
   if (p.n_q_tokens <= kMaxDecodeQTokens) return std::nullopt;
   return fmt::format("n_q_tokens = {} is above {} (decode and speculative steps only)",

@@ -183,7 +183,7 @@ Expected<CopyMode> copy_mode(const char* which, const KvTensor& kv, KvType type,
   const int64_t seq_stride = p.page_size > 0 ? 0 : kv.stride_seq;
   if (p.page_size > 0 && kv.stride_page % 16 != 0)
     return Error{ErrorCode::unsupported,
-                 fmt::format("cuda.decode reads paged tensors whose pages start at multiples of 16 "
+                 fmt::format("the CUDA kernels read paged tensors whose pages start at multiples of 16 "
                              "bytes: tensors.{}.stride_page = {}",
                              which, kv.stride_page)};
   const auto aligned = [&](int64_t a) {
@@ -194,7 +194,7 @@ Expected<CopyMode> copy_mode(const char* which, const KvTensor& kv, KvType type,
   const bool is_float = traits(type).block_values == 1;
   if (is_float)
     return Error{ErrorCode::unsupported,
-                 fmt::format("cuda.decode reads {} rows of type {} with 16-byte copies: the data "
+                 fmt::format("the CUDA kernels read {} rows of type {} with 16-byte copies: the data "
                              "pointer and every stride must be multiples of 16 bytes",
                              which, to_string(type))};
   const bool even = addr % 2 == 0 && kv.stride_head % 2 == 0 && seq_stride % 2 == 0;
@@ -206,13 +206,13 @@ Expected<CopyMode> copy_mode(const char* which, const KvTensor& kv, KvType type,
   if (p.page_size > 0 && (int64_t{p.page_size} * kv.stride_token) % 4 != 0)
     return Error{
         ErrorCode::unsupported,
-        fmt::format("cuda.decode reads paged tensors of 2-byte aligned rows when page_size "
+        fmt::format("the CUDA kernels read paged tensors of 2-byte aligned rows when page_size "
                     "* stride_token is a multiple of 4: tensors.{}: {} * {}",
                     which, p.page_size, kv.stride_token)};
   if (addr % 4 == 0 && kv.stride_token % 2 == 0 && kv.stride_head % 2 == 0 && seq_stride % 2 == 0)
     return CopyMode{4, false, (row_bytes + 2 + 3) / 4};  // the row may start 2 bytes into a word
   return Error{ErrorCode::unsupported,
-               fmt::format("cuda.decode needs tensors.{}.data 4-byte aligned and its strides even "
+               fmt::format("the CUDA kernels need tensors.{}.data 4-byte aligned and its strides even "
                            "(data {:#x}, strides {}/{}/{})",
                            which, addr, kv.stride_token, kv.stride_head, kv.stride_seq)};
 }

@@ -1,0 +1,80 @@
+#include "backends/cuda/prefill/prefill_plan.hpp"
+
+#include <algorithm>
+
+namespace kvflash::cuda::prefill {
+
+namespace {
+
+constexpr int32_t round_up(int64_t x, int32_t m) {
+  return static_cast<int32_t>((x + m - 1) / m * m);
+}
+
+// Bytes of a raw row's slot: the row after a lead of up to 15 bytes (16-byte copies from the row
+// start rounded down) or 3 (4-byte copies), as decode's copy_mode reads it; an odd number of
+// 16-byte units apart so that consecutive rows start in different banks.
+constexpr int32_t raw_slot(int32_t row_bytes) {
+  int32_t s = round_up(row_bytes + 16, 16);
+  if (s % 32 == 0) s += 16;
+  return s;
+}
+
+}  // namespace
+
+int32_t prefill_dim(KvType t, int32_t d) {
+  if (traits(t).block_values == 1) return round_up(d, 16);
+  return static_cast<int32_t>(padded_values(t, d));
+}
+
+PrefillLayout prefill_layout(const AttentionProblem& p) {
+  PrefillLayout l;
+  l.dkc = prefill_dim(p.k_type, p.head_dim.k);
+  l.dvc = prefill_dim(p.v_type, p.head_dim.v);
+  l.dv_bucket = l.dvc <= 128 ? 128 : 256;
+  l.k_row_bytes = static_cast<int32_t>(row_size(p.k_type, p.head_dim.k));
+  l.v_row_bytes = static_cast<int32_t>(row_size(p.v_type, p.head_dim.v));
+  l.k_direct = p.k_type == KvType::f16 || p.k_type == KvType::bf16;
+  l.v_direct = p.v_type == KvType::f16 || p.v_type == KvType::bf16;
+  l.q_stride = 2 * l.dkc + 16;
+  l.k_op_stride = 2 * l.dkc + 16;
+  l.v_op_stride = 2 * l.dvc + 16;
+  l.k_slot = l.k_direct ? 0 : raw_slot(l.k_row_bytes);
+  l.v_slot = l.v_direct ? 0 : raw_slot(l.v_row_bytes);
+
+  int32_t off = 0;
+  l.q_off = off;
+  off += kBlockRows * l.q_stride;
+  // One stage: K's tile (operand rows, or raw slots and their leads), then V's.
+  int32_t stage = 0;
+  l.k_stage_off = off;
+  stage += kTileKeys * (l.k_direct ? l.k_op_stride : l.k_slot);
+  l.k_lead_off = l.k_direct ? 0 : l.k_stage_off + stage;
+  if (!l.k_direct) stage += kTileKeys;
+  l.v_stage_off = off + stage;
+  stage += kTileKeys * (l.v_direct ? l.v_op_stride : l.v_slot);
+  l.v_lead_off = l.v_direct ? 0 : off + stage;
+  if (!l.v_direct) stage += kTileKeys;
+  l.stage_bytes = round_up(stage, 16);
+  off += kStages * l.stage_bytes;
+  if (!l.k_direct) {
+    l.k_dec_off = off;
+    off += kTileKeys * l.k_op_stride;
+  }
+  if (!l.v_direct) {
+    l.v_dec_off = off;
+    off += kTileKeys * l.v_op_stride;
+  }
+  if (is_rotated(p.k_type)) {
+    l.scratch_off = off;
+    off += kWarps * 128 * 4;
+  }
+  l.smem_main = static_cast<size_t>(off);
+  l.out_stride = l.dvc + 4;
+  l.smem_epilogue = size_t{kBlockRows} * l.out_stride * 4;
+  l.smem_total = std::max(l.smem_main, l.smem_epilogue);
+  const int64_t rows = int64_t{p.n_q_tokens} * p.group();
+  l.n_row_blocks = static_cast<int32_t>((rows + kBlockRows - 1) / kBlockRows);
+  return l;
+}
+
+}  // namespace kvflash::cuda::prefill

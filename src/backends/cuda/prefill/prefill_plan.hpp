@@ -1,0 +1,82 @@
+// Host-side planning of the CUDA prefill family: the CTA's tiles, its shared-memory regions and
+// the key range each CTA visits. Pure functions of the problem, plain C++ (built without CUDA
+// too), with CPU tests (tests/backends/cuda_prefill_plan_test.cpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kvflash/problem.hpp"
+
+namespace kvflash::cuda::prefill {
+
+// One CTA: 8 warps, each owning 16 query rows (token x head of the GQA group, token-major as in
+// decode), over tiles of 64 keys.
+inline constexpr int kThreads = 256;
+inline constexpr int kWarps = kThreads / 32;
+inline constexpr int kBlockRows = 16 * kWarps;  // query rows per CTA
+inline constexpr int kTileKeys = 64;
+inline constexpr int kStages = 2;  // K/V tiles in flight: the next one loads while one computes
+// The smallest call the prefill family serves (cuda.decode serves up to 8 query tokens).
+inline constexpr int32_t kMinPrefillQTokens = 9;
+inline constexpr int32_t kMaxPrefillHeadDim = 256;
+
+// Shared-memory regions (byte offsets from the dynamic base, all 16-byte aligned) and strides.
+// Each of K and V is either "direct" (f16 / bf16 rows: copied straight into the MMA operand
+// tile of each stage) or "decoded" (quantized or f32 rows: copied raw into the stage, then
+// decoded into one f16 operand tile the MMAs read). Operand tiles have rows of the computed dims
+// in 16-bit values plus 16 bytes, so that ldmatrix's eight rows fall in distinct banks.
+struct PrefillLayout {
+  int32_t dkc = 0, dvc = 0;  // computed dims (multiples of 16): K padded to its type's blocks
+  int32_t dv_bucket = 128;   // the kernel instance's V dims (accumulator registers): 128 or 256
+  int32_t k_row_bytes = 0, v_row_bytes = 0;
+  bool k_direct = false, v_direct = false;
+  int32_t q_stride = 0;            // bytes per row of the Q operand tile
+  int32_t k_op_stride = 0, v_op_stride = 0;  // bytes per row of the K / V operand tiles
+  int32_t k_slot = 0, v_slot = 0;  // bytes per raw row (decoded tensors): the row and its lead
+  int32_t q_off = 0;               // Q operand tile (kBlockRows rows)
+  int32_t k_stage_off = 0, v_stage_off = 0, stage_bytes = 0;  // stage s at off + s * stage_bytes
+  int32_t k_lead_off = 0, v_lead_off = 0;  // per stage: one lead byte per raw row (decoded)
+  int32_t k_dec_off = 0, v_dec_off = 0;    // the decoded operand tiles (decoded tensors)
+  int32_t scratch_off = 0;         // turbo K: one 128-float group per warp for Q's rotation
+  int32_t out_stride = 0;          // floats per row of the epilogue's output staging
+  size_t smem_main = 0, smem_epilogue = 0, smem_total = 0;
+  int32_t n_row_blocks = 0;        // CTAs per (sequence, KV head)
+};
+
+// Dims the prefill kernel computes over: float types their own (every supported head dim is a
+// multiple of 16), quantized types padded to their block (turbo: the rotation's 128-value group).
+int32_t prefill_dim(KvType t, int32_t d);
+
+PrefillLayout prefill_layout(const AttentionProblem& p);
+
+// The keys a CTA of query rows [row0, row_end) visits in a sequence of `len` keys (the kernel's
+// formula, the same code): every key any of its rows may see, [lo, hi).
+struct PrefillKeyRange {
+  int64_t lo = 0, hi = 0;
+};
+KVFLASH_HD PrefillKeyRange prefill_key_range(int64_t len, int64_t capacity, int32_t n_q_tokens,
+                                             int32_t group, bool causal, int64_t window,
+                                             int32_t row0, int32_t row_end) {
+  const int64_t first_q = len - n_q_tokens;  // position of query token 0
+  const int64_t pq_lo = first_q + row0 / group, pq_hi = first_q + (row_end - 1) / group;
+  int64_t hi = len < 0 ? 0 : (len < capacity ? len : capacity);
+  if (causal && pq_hi + 1 < hi) hi = pq_hi + 1 < 0 ? 0 : pq_hi + 1;
+  int64_t lo = 0;
+  if (window > 0 && pq_lo - window + 1 > lo) lo = pq_lo - window + 1;
+  if (hi < lo) hi = lo;
+  return {lo, hi};
+}
+
+// Whether a tile of keys [k0, k0 + kTileKeys) needs the per-score visibility test for rows whose
+// positions span [pq_lo, pq_hi]: it reaches past the range's end, past the first row's diagonal,
+// or before the last row's window.
+KVFLASH_HD bool prefill_tile_needs_mask(int64_t k0, int64_t hi, bool causal, int64_t window,
+                                        int64_t pq_lo, int64_t pq_hi) {
+  if (k0 + kTileKeys > hi) return true;
+  if (causal && k0 + kTileKeys - 1 > pq_lo) return true;
+  if (window > 0 && k0 <= pq_hi - window) return true;
+  return false;
+}
+
+}  // namespace kvflash::cuda::prefill

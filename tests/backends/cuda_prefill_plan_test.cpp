@@ -1,0 +1,183 @@
+// The CUDA prefill family's host-side plan, tested on the CPU: the shared-memory layout (regions
+// inside the CTA's budget, aligned, disjoint) for every type pair and head dim it serves, and the
+// key range and masking rule the kernel uses, against a brute-force walk of every (row, key).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "backends/cuda/prefill/prefill_plan.hpp"
+
+namespace kvflash::cuda::prefill {
+namespace {
+
+AttentionProblem problem(KvType k, KvType v, HeadDims d) {
+  AttentionProblem p;
+  p.k_type = k;
+  p.v_type = v;
+  p.head_dim = d;
+  p.n_q_tokens = 100;
+  p.kv_capacity = 1000;
+  return p;
+}
+
+struct Region {
+  int64_t lo, hi;
+};
+
+TEST(CudaPrefillLayout, RegionsAreAlignedDisjointAndFitTheDevice) {
+  for (KvType k : kAllKvTypes) {
+    for (KvType v : kAllKvTypes) {
+      for (HeadDims d : SupportedSpace::head_dims) {
+        const AttentionProblem p = problem(k, v, d);
+        const PrefillLayout l = prefill_layout(p);
+        if (l.dkc > kMaxPrefillHeadDim || l.dvc > kMaxPrefillHeadDim) continue;
+        SCOPED_TRACE(describe(p));
+        EXPECT_EQ(l.dkc % 16, 0);
+        EXPECT_EQ(l.dvc % 16, 0);
+        EXPECT_GE(l.dkc, d.k);
+        EXPECT_GE(l.dvc, d.v);
+        EXPECT_LE(l.dvc, l.dv_bucket);
+        std::vector<Region> r = {{l.q_off, l.q_off + int64_t{kBlockRows} * l.q_stride}};
+        for (int s = 0; s < kStages; ++s) {
+          const int64_t base = int64_t{s} * l.stage_bytes;
+          const int64_t k_rows = int64_t{kTileKeys} * (l.k_direct ? l.k_op_stride : l.k_slot);
+          const int64_t v_rows = int64_t{kTileKeys} * (l.v_direct ? l.v_op_stride : l.v_slot);
+          r.push_back({base + l.k_stage_off, base + l.k_stage_off + k_rows});
+          r.push_back({base + l.v_stage_off, base + l.v_stage_off + v_rows});
+          if (!l.k_direct) r.push_back({base + l.k_lead_off, base + l.k_lead_off + kTileKeys});
+          if (!l.v_direct) r.push_back({base + l.v_lead_off, base + l.v_lead_off + kTileKeys});
+          EXPECT_LE(base + l.stage_bytes, int64_t{l.k_stage_off} + (s + 1) * l.stage_bytes);
+        }
+        if (!l.k_direct)
+          r.push_back({l.k_dec_off, l.k_dec_off + int64_t{kTileKeys} * l.k_op_stride});
+        if (!l.v_direct)
+          r.push_back({l.v_dec_off, l.v_dec_off + int64_t{kTileKeys} * l.v_op_stride});
+        if (is_rotated(k)) r.push_back({l.scratch_off, l.scratch_off + kWarps * 128 * 4});
+        std::sort(r.begin(), r.end(), [](Region a, Region b) { return a.lo < b.lo; });
+        for (size_t i = 0; i < r.size(); ++i) {
+          EXPECT_EQ(r[i].lo % 16, 0) << "region " << i;
+          EXPECT_LE(r[i].hi, static_cast<int64_t>(l.smem_main));
+          if (i > 0) {
+            EXPECT_LE(r[i - 1].hi, r[i].lo) << "regions " << i - 1 << ", " << i;
+          }
+        }
+        // Operand rows: 16-byte aligned, and ldmatrix's eight rows in distinct banks.
+        for (int32_t stride : {l.q_stride, l.k_op_stride, l.v_op_stride}) {
+          EXPECT_EQ(stride % 16, 0);
+          std::vector<int> quads;  // the 16-byte bank quad each of eight rows starts in
+          for (int row = 0; row < 8; ++row) quads.push_back(row * stride / 16 % 8);
+          std::sort(quads.begin(), quads.end());
+          EXPECT_EQ(std::unique(quads.begin(), quads.end()), quads.end()) << "stride " << stride;
+        }
+        // Raw slots hold the widest lead (15 bytes) and the row.
+        if (!l.k_direct) {
+          EXPECT_GE(l.k_slot, l.k_row_bytes + 15);
+        }
+        if (!l.v_direct) {
+          EXPECT_GE(l.v_slot, l.v_row_bytes + 15);
+        }
+        EXPECT_GE(l.smem_total, l.smem_epilogue);
+        // The whole CTA fits the Hopper opt-in limit (227 KB) with its static shared memory.
+        EXPECT_LE(l.smem_total + 256, size_t{227} * 1024);
+      }
+    }
+  }
+}
+
+TEST(CudaPrefillLayout, RowBlocksCoverEveryRowOfTheGroup) {
+  AttentionProblem p = problem(KvType::f16, KvType::f16, {128, 128});
+  p.n_q_heads = 32;
+  p.n_kv_heads = 8;
+  for (int32_t n : {9, 31, 32, 33, 1000, 2048}) {
+    p.n_q_tokens = n;
+    const int64_t rows = int64_t{n} * 4;
+    EXPECT_EQ(prefill_layout(p).n_row_blocks, (rows + kBlockRows - 1) / kBlockRows) << n;
+  }
+}
+
+// Brute force: every key that any row of [row0, row_end) sees.
+PrefillKeyRange visible_keys(int64_t len, int64_t cap, int32_t n_q, int32_t group, bool causal,
+                             int64_t window, int32_t row0, int32_t row_end) {
+  int64_t lo = INT64_MAX, hi = INT64_MIN;
+  for (int32_t r = row0; r < row_end; ++r) {
+    const int64_t pq = len - n_q + r / group;
+    for (int64_t k = 0; k < std::min(len, cap); ++k) {
+      if (causal && k > pq) continue;
+      if (window > 0 && pq - k >= window) continue;
+      lo = std::min(lo, k);
+      hi = std::max(hi, k + 1);
+    }
+  }
+  return {lo, hi};
+}
+
+TEST(CudaPrefillKeys, RangeHoldsEveryVisibleKeyAndNoWholeTileOfHiddenOnes) {
+  for (bool causal : {false, true}) {
+    for (int64_t window : {int64_t{0}, int64_t{1}, int64_t{37}, int64_t{200}}) {
+      for (int32_t group : {1, 4}) {
+        for (int32_t n_q : {9, 50, 300}) {
+          for (int64_t len : {int64_t{5}, int64_t{n_q}, int64_t{n_q} + 77, int64_t{900}}) {
+            const int32_t rows = n_q * group;
+            for (int32_t row0 = 0; row0 < rows; row0 += kBlockRows) {
+              const int32_t row_end = std::min(rows, row0 + kBlockRows);
+              const PrefillKeyRange got =
+                  prefill_key_range(len, 1000, n_q, group, causal, window, row0, row_end);
+              const PrefillKeyRange want =
+                  visible_keys(len, 1000, n_q, group, causal, window, row0, row_end);
+              SCOPED_TRACE(testing::Message() << "causal " << causal << " window " << window
+                                              << " group " << group << " n_q " << n_q << " len "
+                                              << len << " row0 " << row0);
+              EXPECT_LE(got.lo, got.hi);
+              if (want.lo > want.hi) continue;  // no row sees a key: any empty or masked range
+              EXPECT_EQ(got.hi, want.hi);
+              EXPECT_EQ(got.lo, want.lo);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaPrefillKeys, LengthsOutsideTheCacheReadNothingPastIt) {
+  const PrefillKeyRange past = prefill_key_range(5000, 1000, 16, 1, false, 0, 0, 16);
+  EXPECT_EQ(past.hi, 1000);
+  const PrefillKeyRange negative = prefill_key_range(-7, 1000, 16, 1, true, 0, 0, 16);
+  EXPECT_EQ(negative.hi, 0);
+  EXPECT_LE(negative.lo, negative.hi);
+}
+
+// A tile the rule leaves unmasked has every (row, key) visible.
+TEST(CudaPrefillKeys, UnmaskedTilesHaveNoHiddenScore) {
+  for (bool causal : {false, true}) {
+    for (int64_t window : {int64_t{0}, int64_t{100}, int64_t{500}}) {
+      const int64_t hi = 1900;
+      for (int64_t pq_lo : {int64_t{700}, int64_t{1200}}) {
+        const int64_t pq_hi = pq_lo + 31;
+        int masked = 0;
+        for (int64_t k0 = 0; k0 < hi; k0 += 7) {
+          if (prefill_tile_needs_mask(k0, hi, causal, window, pq_lo, pq_hi)) {
+            ++masked;
+            continue;
+          }
+          for (int64_t pq = pq_lo; pq <= pq_hi; ++pq)
+            for (int64_t k = k0; k < k0 + kTileKeys; ++k) {
+              ASSERT_LT(k, hi);
+              if (causal) {
+                ASSERT_LE(k, pq);
+              }
+              if (window > 0) {
+                ASSERT_LT(pq - k, window);
+              }
+            }
+        }
+        EXPECT_GT(masked, 0);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvflash::cuda::prefill
