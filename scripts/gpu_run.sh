@@ -24,6 +24,14 @@
 #                says it was skipped
 #   compare_sdpa.md  kvflash vs SDPA, one table per shape (scripts/compare_sdpa.py); also printed
 #                at the end of stdout
+#   bench_prefill.csv (+ .err)  kvflash-bench CUDA prefill (cuda.prefill): fresh prompts of 8K and
+#                32K tokens, chunks of 2048 queries onto 8K/32K/128K caches, 32/8 heads, head dims
+#                64/128/256, f16, bf16, q8_0, q4_0, turbo2/3/4 and q8_0/turbo4; TFLOP/s of the
+#                visible (query, key) pairs
+#   bench_sdpa_prefill.csv (+ .err)  SDPA (cuDNN, flash, efficient; f16, bf16) on the same shapes
+#                (scripts/bench_sdpa.py --prefill)
+#   prefill.md   each KV type's prefill TFLOP/s against f16, and kvflash f16 against the fastest
+#                SDPA (scripts/compare_prefill.py); also printed
 # The Debian -dev packages kvflash builds with come from .debs/ where the machine lacks them
 # (scripts/gpu_deps.sh).
 set -uo pipefail
@@ -180,6 +188,21 @@ loop=build/gpu/tools/loop/kvflash-loop
 } > "$out/loop.md" 2>&1
 echo "loop rc=$?"
 grep -E "^\| *[0-9]|kvflash-plan|Graph runner|fell by" "$out/loop.md"
+# Prefill (n > 8 query tokens): the shapes of scripts/bench_sdpa.py --prefill (its PREFILL_POINTS
+# and PREFILL_HEAD_DIMS), every type and the mixed pair; one CSV header.
+prefill_common=(--backend cuda -r 10 --warmup 2 --no-progress -o csv --heads 32/8
+                --head-dim "64,128,256")
+{
+  header=1
+  for shape in "-n 8192 -d 8192" "-n 32768 -d 32768" "-n 2048 -d 8192,32768,131072"; do
+    for types in "-ctk f16,bf16,q8_0,q4_0,turbo2,turbo3,turbo4" "-ctk q8_0 -ctv turbo4"; do
+      # shellcheck disable=SC2086
+      $bench "${prefill_common[@]}" $shape $types | tail -n +$((header ? 1 : 2))
+      header=0
+    done
+  done
+} > "$out/bench_prefill.csv" 2> "$out/bench_prefill.err"
+echo "prefill bench rc=$? $(grep -c cuda "$out/bench_prefill.csv") rows"
 fi
 
 # Optional (KVFLASH_GPU_PROFILE=1): Nsight Compute on the decode kernel at 1M tokens (f16, q4_0)
@@ -217,9 +240,18 @@ if [ -z "${KVFLASH_GPU_QUICK:-}" ] && python3 -c 'import torch' > /dev/null 2>&1
   python3 scripts/bench_sdpa.py --heads 32/8 --head-dim 128 -d 4096,32768,131072,1048576 -n 1,8 \
     -o "$out/bench_sdpa.csv" 2> "$out/bench_sdpa.err"
   echo "sdpa bench rc=$? $(tail -n 1 "$out/bench_sdpa.err")"
+  python3 scripts/bench_sdpa.py --prefill --heads 32/8 -r 10 --warmup 3 \
+    -o "$out/bench_sdpa_prefill.csv" 2> "$out/bench_sdpa_prefill.err"
+  echo "sdpa prefill bench rc=$? $(tail -n 1 "$out/bench_sdpa_prefill.err")"
 else
-  echo "sdpa bench skipped: python3 cannot import torch" | tee "$out/bench_sdpa.err"
+  echo "sdpa bench skipped: python3 cannot import torch" | tee "$out/bench_sdpa.err" \
+    "$out/bench_sdpa_prefill.err"
 fi
 python3 scripts/compare_sdpa.py "$out/bench_cuda.csv" "$out/bench_sdpa.csv" > "$out/compare_sdpa.md"
 cat "$out/compare_sdpa.md"
+if [ -z "${KVFLASH_GPU_QUICK:-}" ]; then
+  python3 scripts/compare_prefill.py "$out/bench_prefill.csv" "$out/bench_sdpa_prefill.csv" \
+    > "$out/prefill.md"
+  cat "$out/prefill.md"
+fi
 exit $ctest_rc

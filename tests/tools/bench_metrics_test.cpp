@@ -17,6 +17,16 @@ TEST(BenchMetrics, VisiblePairs) {
   EXPECT_EQ(visible_pairs(2, 5, false, 2), 3 + 2);     // no causal cut: keys after the query count
   EXPECT_EQ(visible_pairs(3, 2, true, 0), 0 + 1 + 2);  // a query before position 0 sees nothing
   EXPECT_EQ(visible_pairs(512, 512, true, 0), 512 * 513 / 2);
+  // Chunked prefill (kvflash-bench -n 2048 -d 8192): every query sees the 6144 keys before the
+  // chunk, and the chunk's own triangle.
+  EXPECT_EQ(visible_pairs(2048, 8192, true, 0), 2048 * 6144 + 2048 * 2049 / 2);
+  EXPECT_EQ(visible_pairs(2048, 8192, false, 0), 2048 * 8192);
+  // A window of 1000 keys inside a chunk: each query sees itself and the 999 before it.
+  EXPECT_EQ(visible_pairs(2048, 8192, true, 1000), 2048 * 1000);
+  // A window longer than the cache changes nothing; without the causal cut, keys after the
+  // query count too: query i (position 6144 + i) sees keys 6144 + i - 999 .. 8191.
+  EXPECT_EQ(visible_pairs(2048, 8192, true, 100000), visible_pairs(2048, 8192, true, 0));
+  EXPECT_EQ(visible_pairs(2048, 8192, false, 1000), 2048 * 1000 + 2047 * 2048 / 2);
 }
 
 TEST(BenchMetrics, AttentionFlops) {

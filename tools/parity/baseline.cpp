@@ -9,9 +9,8 @@
 namespace kvflash::parity {
 namespace {
 
-const std::byte* row_ptr(const KvTensor& kv, int64_t s, int64_t tok, int64_t h) {
-  return static_cast<const std::byte*>(kv.data) + s * kv.stride_seq + tok * kv.stride_token +
-         h * kv.stride_head;
+const std::byte* row_ptr(const KvTensor& kv, int32_t page_size, int64_t s, int64_t tok, int64_t h) {
+  return static_cast<const std::byte*>(kv.data) + kv_row_offset(kv, page_size, s, tok, h);
 }
 
 }  // namespace
@@ -39,7 +38,7 @@ void baseline_attention_f32(const AttentionProblem& p, const AttentionTensors& t
         return t.q + ((s * nq + r / group) * p.n_q_heads + h) * dk;
       };
       for (int64_t k = 0; k < len; ++k) {
-        dequantize_row(p.k_type, row_ptr(t.k, s, k, kvh), dk, krow.data());
+        dequantize_row(p.k_type, row_ptr(t.k, p.page_size, s, k, kvh), dk, krow.data());
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t i = r / group;
           const int64_t h = kvh * group + r % group;
@@ -75,7 +74,7 @@ void baseline_attention_f32(const AttentionProblem& p, const AttentionTensors& t
       }
       std::vector<float> acc(static_cast<size_t>(rows * dv), 0.0f);
       for (int64_t k = 0; k < len; ++k) {
-        dequantize_row(p.v_type, row_ptr(t.v, s, k, kvh), dv, vrow.data());
+        dequantize_row(p.v_type, row_ptr(t.v, p.page_size, s, k, kvh), dv, vrow.data());
         for (int64_t r = 0; r < rows; ++r) {
           if (m[static_cast<size_t>(r)] == kNegInf) continue;
           const float w = logit[static_cast<size_t>(r * len + k)];

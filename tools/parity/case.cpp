@@ -36,6 +36,7 @@ std::string case_name(const ParityCase& c) {
   if (c.alibi) s += "_alibi";
   if (c.scale != 0.0f) s += fmt::format("_scale{:g}", c.scale);
   if (c.layout != KvLayout::token_major) s += fmt::format("_{}", to_string(c.layout));
+  if (c.page_size > 0) s += fmt::format("_paged{}", c.page_size);
   if (c.nmse_bound != ParityCase::kDefaultNmseBound) s += fmt::format("_nmse{:g}", c.nmse_bound);
   return s;
 }
@@ -57,6 +58,7 @@ AttentionProblem to_problem(const ParityCase& c) {
   p.softcap = c.softcap;
   p.has_sinks = c.sinks;
   p.has_alibi = c.alibi;
+  p.page_size = c.page_size;
   return p;
 }
 

@@ -42,6 +42,10 @@ struct ParityCase {
   bool alibi = false;
   float scale = 0.0f;  // 0: 1/sqrt(head_dim.k)
   KvLayout layout = KvLayout::token_major;
+  // > 0: paged K and V (problem.page_size), pages of this many tokens in a pool with spare pages,
+  // every sequence's pages in a shuffled order, one table for K and V. Only CUDA kernels read
+  // paged caches (the CPU kernels decline them, guard kv_layout): a CPU-only build skips them.
+  int32_t page_size = 0;
   double nmse_bound = kDefaultNmseBound;  // bound on the output NMSE against float64
 
   static constexpr double kDefaultNmseBound = 1e-5;
@@ -62,8 +66,10 @@ std::vector<int64_t> kv_lens(const ParityCase& c);
 int64_t kv_bytes_visible(const ParityCase& c);
 
 // Case sets. "test" is the default and must stay fast (well under 2 minutes on 2 cores in Release
-// for the CPU backend); "long" adds more cases at 256K-1M tokens; "all" is both.
-enum class CaseSet { test, long_context, all };
+// for the CPU backend); "long" adds more cases at 256K-1M tokens; "prefill" chunked prefill deep
+// in the context, paged, with every feature and ragged batches (meant for the CUDA backend: each
+// reference takes seconds on one core); "all" is every set.
+enum class CaseSet { test, long_context, prefill, all };
 std::vector<ParityCase> build_case_set(CaseSet set);
 
 }  // namespace kvflash::parity

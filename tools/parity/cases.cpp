@@ -245,6 +245,67 @@ std::vector<ParityCase> long_cases() {
   return out;
 }
 
+// Prefill for the GPU: chunks of queries deep in the context (128K, and a small chunk onto 1M
+// tokens, one KV head of GQA 2 so that the float64 reference stays seconds on one core), paged
+// caches under a ragged batch, every feature alone and together, ragged batches (the last
+// sequence holds fewer tokens than the queries: under the causal mask its first queries see
+// nothing).
+std::vector<ParityCase> prefill_cases() {
+  ParityCase deep;
+  deep.n_q_heads = 2;
+  deep.n_kv_heads = 1;
+  deep.n_q_tokens = 64;
+  deep.kv_len = 131072;
+  std::vector<ParityCase> out =
+      product(deep, {types({{f16, f16}, {q8_0, turbo4}, {q4_0, q4_0}, {turbo3, turbo3}})});
+  deep.n_q_tokens = 16;
+  deep.kv_len = int64_t{1} << 20;
+  append(out, product(deep, {types({{f16, f16}, {q4_0, q4_0}})}));
+  deep.n_q_tokens = 512;
+  deep.kv_len = 16384;
+  append(out, product(deep, {types({{bf16, bf16}, {q8_0, q8_0}})}));
+
+  ParityCase paged;
+  paged.n_seqs = 3;
+  paged.ragged = true;
+  paged.n_q_tokens = 100;
+  paged.kv_len = 3000;
+  append(out, product(paged, {values(&ParityCase::page_size, std::vector<int32_t>{16, 64}),
+                              types({{f16, f16}, {q8_0, q4_0}, {turbo3, turbo3}})}));
+  paged.mask = paged.sinks = paged.alibi = true;
+  paged.window = 500;
+  paged.softcap = 5.0f;
+  paged.page_size = 16;
+  append(out, product(paged, {types({{q8_0, turbo4}})}));
+
+  Axis features = {[](ParityCase& c) { c.mask = true; },  [](ParityCase& c) { c.window = 64; },
+                   [](ParityCase& c) { c.window = 700; }, [](ParityCase& c) { c.softcap = 5.0f; },
+                   [](ParityCase& c) { c.sinks = true; }, [](ParityCase& c) { c.alibi = true; },
+                   [](ParityCase& c) { c.scale = 0.25f; }};
+  ParityCase chunk;
+  chunk.n_q_tokens = 100;
+  chunk.kv_len = 2000;
+  append(out, product(chunk, {features, values(&ParityCase::causal, std::vector<bool>{true, false}),
+                              types({{f16, f16}, {q8_0, turbo4}})}));
+  ParityCase all = chunk;
+  all.n_q_tokens = 257;
+  all.kv_len = 4096;
+  all.mask = all.sinks = all.alibi = true;
+  all.window = 1000;
+  all.softcap = 5.0f;
+  append(out, product(all, {values(&ParityCase::causal, std::vector<bool>{true, false}),
+                            types({{f16, f16}, {q8_0, turbo4}, {turbo2, turbo2}})}));
+
+  ParityCase ragged;
+  ragged.n_seqs = 3;
+  ragged.ragged = true;
+  ragged.n_q_tokens = 128;
+  ragged.kv_len = 8192;
+  append(out, product(ragged, {values(&ParityCase::causal, std::vector<bool>{true, false}),
+                               types({{f16, f16}, {q4_0, turbo4}})}));
+  return out;
+}
+
 std::vector<ParityCase> unique_by_name(const std::vector<ParityCase>& cases) {
   std::set<std::string> seen;
   std::vector<ParityCase> out;
@@ -264,6 +325,7 @@ std::vector<ParityCase> build_case_set(CaseSet set) {
       append(out, gen());
   }
   if (set == CaseSet::long_context || set == CaseSet::all) append(out, long_cases());
+  if (set == CaseSet::prefill || set == CaseSet::all) append(out, prefill_cases());
   return unique_by_name(out);
 }
 

@@ -47,7 +47,8 @@ struct CaseInputs {
   GuardedBuffer v_data;
   KvTensor k;
   KvTensor v;
-  std::vector<float> mask;  // (n_seqs, n_q_tokens, mask_stride)
+  std::vector<int32_t> page_table;  // paged cases: K's and V's table (k.page_table points here)
+  std::vector<float> mask;          // (n_seqs, n_q_tokens, mask_stride)
   int64_t mask_stride = 0;
   std::vector<float> sinks;  // (n_q_heads)
   std::vector<float> alibi;  // (n_q_heads)
