@@ -1,70 +1,113 @@
 #!/usr/bin/env bash
-# The cuda.prefill bring-up run on a GPU machine: build (default type pairs unless
-# KVFLASH_ALL_PAIRS=1), the CUDA parity cases (prefill ones included), the GPU tests, memcheck and
-# racecheck on a prefill subset, then prefill speed: kvflash-bench on square causal prompts and
-# chunks for each KV type, and PyTorch SDPA (cuDNN, flash) on the same square shapes.
+# The cuda.prefill bring-up run on a GPU machine, in steps (KVFLASH_STEPS, default all of them):
+#   build     build/gpu (default type pairs; KVFLASH_ALL_PAIRS=1: all), and with KVFLASH_AB_FLAGS
+#             ("-DX=1") a second tree build/gpu-b with those CUDA flags (kvflash-bench only)
+#   tests     test_gpu_attention (every GPU test, prefill ones included)
+#   parity    kvflash-parity --backend cuda: the default set's prefill cases and --set prefill
+#   bench     kvflash-bench: square causal prompts (8K, 32K; head dims 64/128/256) and 2048-query
+#             chunks onto 8K-128K caches, each KV type; with build/gpu-b the same rows from it
+#   sdpa      PyTorch SDPA (cuDNN, flash) on the square shapes
+#   sanitize  memcheck and racecheck over parity prefill cases
+# Everything lands in OUT_DIR; summary.txt has the lines to read first.
 #   dev/prefill_gpu.sh OUT_DIR
 set -uo pipefail
 out=${1:?usage: dev/prefill_gpu.sh OUT_DIR}
 mkdir -p "$out"
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
+steps=${KVFLASH_STEPS:-build tests parity bench sdpa sanitize}
+sum="$out/summary.txt"
+say() { echo "$*" | tee -a "$sum"; }
+has() { [[ " $steps " == *" $1 "* ]]; }
 # shellcheck source=scripts/gpu_deps.sh
 source scripts/gpu_deps.sh 2> "$out/env.txt" || { cat "$out/env.txt"; exit 1; }
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv >> "$out/env.txt" 2>&1
-all=OFF
-[ "${KVFLASH_ALL_PAIRS:-0}" = 1 ] && all=ON
-t0=$(date +%s)
-cmake -S . -B build/gpu -DCMAKE_BUILD_TYPE=Release -DKVFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DKVFLASH_CUDA_ALL_PAIRS=$all "${prefix_args[@]}" > "$out/build.txt" 2>&1 &&
-  cmake --build build/gpu -j "$jobs" --target kvflash-bench kvflash-parity test_gpu_attention \
-    >> "$out/build.txt" 2>&1
-rc=$?
-echo "build rc=$rc in $(( $(date +%s) - t0 )) s" | tee -a "$out/summary.txt"
-grep -E "spill|error" "$out/build.txt" | sort | uniq -c | head -20 >> "$out/summary.txt"
-[ $rc -eq 0 ] || { tail -40 "$out/build.txt"; exit 1; }
-bench=build/gpu/tools/bench/kvflash-bench
 parity=build/gpu/tools/parity/kvflash-parity
+prefill_cases='^q(9|[1-9][0-9]+)_'
 
-echo "== parity --backend cuda" | tee -a "$out/summary.txt"
-timeout 200 $parity --backend cuda ${KVFLASH_PARITY_FILTER:-} --csv "$out/parity.csv" > "$out/parity.txt" 2>&1
-echo "parity rc=$?" | tee -a "$out/summary.txt"
-tail -n 3 "$out/parity.txt" >> "$out/summary.txt"
-grep -E "FAIL|fail|error" "$out/parity.txt" | head -40 >> "$out/summary.txt"
+if has build; then
+  all=OFF
+  [ "${KVFLASH_ALL_PAIRS:-0}" = 1 ] && all=ON
+  cfg=(-DCMAKE_BUILD_TYPE=Release -DKVFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
+       -DKVFLASH_CUDA_ALL_PAIRS=$all "${prefix_args[@]}")
+  t0=$(date +%s)
+  if [ -n "${KVFLASH_AB_FLAGS:-}" ]; then
+    (cmake -S . -B build/gpu-b "${cfg[@]}" "-DCMAKE_CUDA_FLAGS=$KVFLASH_AB_FLAGS" &&
+      cmake --build build/gpu-b -j "$jobs" --target kvflash-bench) > "$out/build_b.txt" 2>&1 &
+  fi
+  cmake -S . -B build/gpu "${cfg[@]}" > "$out/build.txt" 2>&1 &&
+    cmake --build build/gpu -j "$jobs" --target kvflash-bench kvflash-parity test_gpu_attention \
+      >> "$out/build.txt" 2>&1
+  rc=$?
+  wait
+  say "build rc=$rc in $(( $(date +%s) - t0 )) s"
+  grep -hE "spill|error" "$out"/build*.txt | sed 's/_ZN7kvflash4cuda//' | sort | uniq -c |
+    head -40 >> "$sum"
+  [ $rc -eq 0 ] || { tail -40 "$out/build.txt"; exit 1; }
+fi
 
-echo "== prefill speed" | tee -a "$out/summary.txt"
-for d in 8192 32768; do
-  timeout 240 $bench --backend cuda --no-progress -o csv -r 5 --warmup 2 --heads 32/8 \
-    --head-dim 128 -d $d -n $d --ctk f16,bf16,q8_0,q4_0,turbo3 >> "$out/bench_square.csv" \
-    2>> "$out/bench.err"
-done
-for hd in 64 256; do
-  timeout 120 $bench --backend cuda --no-progress -o csv -r 5 --warmup 2 --heads 32/8 \
-    --head-dim $hd -d 8192 -n 8192 --ctk f16,q8_0 >> "$out/bench_square.csv" 2>> "$out/bench.err"
-done
-timeout 240 $bench --backend cuda --no-progress -o csv -r 5 --warmup 2 --heads 32/8 \
-  --head-dim 128 -d 8192,32768,131072 -n 2048 --ctk f16,q8_0,q4_0,turbo3 \
-  > "$out/bench_chunk.csv" 2>> "$out/bench.err"
-timeout 120 $bench --backend cuda --no-progress -o csv -r 5 --warmup 2 --heads 32/8 \
-  --head-dim 128 -d 32768 -n 2048 --ctk q8_0 --ctv turbo4 >> "$out/bench_chunk.csv" \
-  2>> "$out/bench.err"
-python3 - "$out" >> "$out/summary.txt" 2>&1 <<'EOF'
-import csv, sys
+if has tests; then
+  say "== test_gpu_attention"
+  timeout 300 build/gpu/tests/test_gpu_attention > "$out/gtest.txt" 2>&1
+  say "gtest rc=$?"
+  grep -E "^\[  (PASSED|FAILED)|^\[  FAILED|tests ran|Failure|Expected|Which is" "$out/gtest.txt" |
+    head -60 >> "$sum"
+fi
+
+if has parity; then
+  say "== parity --backend cuda (prefill cases of the default set, then --set prefill)"
+  timeout 150 $parity --backend cuda -f "$prefill_cases" --csv "$out/parity.csv" \
+    > "$out/parity.txt" 2>&1
+  say "parity rc=$?"
+  timeout 200 $parity --backend cuda --set prefill --csv "$out/parity_prefill.csv" \
+    > "$out/parity_prefill.txt" 2>&1
+  say "parity --set prefill rc=$?"
+  for f in parity parity_prefill; do
+    grep -E "^FAIL" "$out/$f.txt" | head -20 >> "$sum"
+    tail -n 1 "$out/$f.txt" >> "$sum"
+  done
+fi
+
+bench_rows() {  # kvflash-bench binary, output csv
+  local b=$1 csv=$2 r=(--backend cuda --no-progress -o csv -r 5 --warmup 2 --heads 32/8)
+  for d in 8192 32768; do
+    timeout 200 "$b" "${r[@]}" --head-dim 128 -d $d -n $d --ctk f16,bf16,q8_0,q4_0,turbo3 >> "$csv"
+  done
+  timeout 100 "$b" "${r[@]}" --head-dim 64,256 -d 8192 -n 8192 --ctk f16,q8_0 >> "$csv"
+  timeout 200 "$b" "${r[@]}" --head-dim 128 -d 8192,32768,131072 -n 2048 \
+    --ctk f16,q8_0,q4_0,turbo3 >> "$csv"
+  timeout 100 "$b" "${r[@]}" --head-dim 128 -d 32768 -n 2048 --ctk q8_0 --ctv turbo4 >> "$csv"
+}
+if has bench; then
+  say "== prefill speed"
+  bench_rows build/gpu/tools/bench/kvflash-bench "$out/bench.csv" 2>> "$out/bench.err"
+  [ -x build/gpu-b/tools/bench/kvflash-bench ] &&
+    bench_rows build/gpu-b/tools/bench/kvflash-bench "$out/bench_b.csv" 2>> "$out/bench.err"
+  python3 - "$out" >> "$sum" 2>&1 <<'EOF'
+import csv, os, sys
 out = sys.argv[1]
-for name in ("bench_square.csv", "bench_chunk.csv"):
-    try:
-        rows = [r for r in csv.DictReader(l for l in open(f"{out}/{name}") if l.strip())
-                if r.get("backend") != "backend"]
-    except FileNotFoundError:
-        continue
-    print(f"-- {name}: kernel K/V D depth n_q us_median TFLOP/s")
-    for r in rows:
-        print(f"{r['kernel']} {r['k_type']}/{r['v_type']} {r['head_dim_k']} {r['depth']} "
-              f"{r['n_q']} {r['us_median']} {r['tflops']}")
+def rows(name):
+    path = os.path.join(out, name)
+    if not os.path.exists(path):
+        return {}
+    lines = [l for l in open(path) if l.strip()]
+    got = {}
+    for r in csv.DictReader(lines):
+        if r.get("backend") == "backend":
+            continue
+        got[(r["k_type"], r["v_type"], r["head_dim_k"], r["depth"], r["n_q"])] = float(r["tflops"])
+    return got
+a, b = rows("bench.csv"), rows("bench_b.csv")
+print("K/V D depth n_q: TFLOP/s" + (" | B TFLOP/s  B/A" if b else ""))
+for key, tf in a.items():
+    extra = f" | {b[key]:.1f}  {b[key] / tf:.3f}" if key in b else ""
+    print(f"{key[0]}/{key[1]} {key[2]} {key[3]} {key[4]}: {tf:.1f}{extra}")
 EOF
+fi
 
-echo "== SDPA" | tee -a "$out/summary.txt"
-timeout 300 python3 - >> "$out/summary.txt" 2>&1 <<'EOF'
+if has sdpa; then
+  say "== SDPA"
+  timeout 300 python3 - >> "$sum" 2>&1 <<'EOF'
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 import torch.nn.functional as F
@@ -82,8 +125,7 @@ def run(n, d, dtype, backend):
             a.record(); f(); b.record(); torch.cuda.synchronize(); ts.append(a.elapsed_time(b))
     ts.sort()
     ms = ts[len(ts) // 2]
-    flops = 4 * d * 32 * n * (n + 1) / 2
-    return ms, flops / ms / 1e9
+    return ms, 4 * d * 32 * n * (n + 1) / 2 / ms / 1e9
 for n, d in ((8192, 128), (32768, 128), (8192, 64), (8192, 256)):
     for dtype in (torch.float16, torch.bfloat16):
         for be in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION):
@@ -93,20 +135,17 @@ for n, d in ((8192, 128), (32768, 128), (8192, 64), (8192, 256)):
             except Exception as e:
                 print(f"sdpa {be.name} {str(dtype)[6:]} d{d} n{n}: {type(e).__name__}: {str(e)[:100]}")
 EOF
-if [ "${KVFLASH_GPU_TESTS:-1}" = 1 ]; then
-  echo "== test_gpu_attention" | tee -a "$out/summary.txt"
-  timeout 300 build/gpu/tests/test_gpu_attention > "$out/gtest.txt" 2>&1
-  echo "gtest rc=$?" | tee -a "$out/summary.txt"
-  grep -E "^\[  (PASSED|FAILED)|FAILED|tests ran" "$out/gtest.txt" | head -30 >> "$out/summary.txt"
 fi
-echo "== memcheck / racecheck: parity prefill cases" | tee -a "$out/summary.txt"
-timeout 240 compute-sanitizer --tool memcheck --error-exitcode 1 $parity --backend cuda \
-  -f q9_ -f q33_ > "$out/memcheck.txt" 2>&1
-echo "memcheck rc=$?" | tee -a "$out/summary.txt"
-grep -E "ERROR SUMMARY|Invalid" "$out/memcheck.txt" | head -5 >> "$out/summary.txt"
-timeout 200 compute-sanitizer --tool racecheck --error-exitcode 1 $parity --backend cuda \
-  -f q33_h8x2_d128_k-f16 -f q33_h8x2_d128_k-q4_0 > "$out/racecheck.txt" 2>&1
-echo "racecheck rc=$?" | tee -a "$out/summary.txt"
-grep -E "ERROR SUMMARY|RACE" "$out/racecheck.txt" | head -5 >> "$out/summary.txt"
 
-echo done | tee -a "$out/summary.txt"
+if has sanitize; then
+  say "== memcheck / racecheck over parity prefill cases"
+  timeout 200 compute-sanitizer --tool memcheck --error-exitcode 1 $parity --backend cuda \
+    -f '^q(9|33)_h8x2_d(64|128|256)_' > "$out/memcheck.txt" 2>&1
+  say "memcheck rc=$?"
+  tail -n 2 "$out/memcheck.txt" >> "$sum"
+  timeout 150 compute-sanitizer --tool racecheck --error-exitcode 1 $parity --backend cuda \
+    -f '^q33_h8x2_d128_k-(f16|q4_0|turbo3)' > "$out/racecheck.txt" 2>&1
+  say "racecheck rc=$?"
+  tail -n 2 "$out/racecheck.txt" >> "$sum"
+fi
+say done

@@ -296,10 +296,16 @@ __device__ __forceinline__ void pv_tile(float (&o)[kVt][4], const float (&s)[8][
 // ---------------------------------------------------------------------------------------------
 // The kernel
 
+// CTAs per SM the 128-dim instances are built for (__launch_bounds__): 2 caps them at 128
+// registers (a few spill), 1 lets them take ~190. (A build flag for the A/B of dev/prefill_gpu.sh.)
+#ifndef KVFLASH_PREFILL_CTAS128
+#define KVFLASH_PREFILL_CTAS128 2
+#endif
+
 // DVB: the instance's V dims (128 or 256), the accumulators' size; the head dims themselves are
 // parameters.
 template <KvType KT, KvType VT, int DVB>
-__global__ void __launch_bounds__(kThreads, DVB <= 128 ? 2 : 1)
+__global__ void __launch_bounds__(kThreads, DVB <= 128 ? KVFLASH_PREFILL_CTAS128 : 1)
     prefill_kernel(const __grid_constant__ PrefillParams p) {
   constexpr bool kDirectK = direct_type(KT), kDirectV = direct_type(VT);
   constexpr bool kBf16K = KT == KvType::bf16, kBf16V = VT == KvType::bf16;
