@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The cuda.prefill bring-up run on a GPU machine, in steps (KVFLASH_STEPS, default all of them):
 #   build     build/gpu (default type pairs; KVFLASH_ALL_PAIRS=1: all), and with KVFLASH_AB_FLAGS
-#             ("-DX=1") a second tree build/gpu-b with those CUDA flags (kvflash-bench only)
+#             ("-DX=1") a second tree build/gpu-b with those CUDA flags (kvflash-bench only);
+#             with KVFLASH_AB_SRC=DIR (a source tree carried along, e.g. `git archive REV | tar
+#             -x -C build/ref`) build/gpu-b is built from that tree instead
 #   tests     test_gpu_attention (every GPU test, prefill ones included)
 #   parity    kvflash-parity --backend cuda: the default set's prefill cases and --set prefill
 #   bench     kvflash-bench: square causal prompts (8K, 32K; head dims 64/128/256) and 2048-query
@@ -31,8 +33,9 @@ if has build; then
   cfg=(-DCMAKE_BUILD_TYPE=Release -DKVFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
        -DKVFLASH_CUDA_ALL_PAIRS=$all "${prefix_args[@]}")
   t0=$(date +%s)
-  if [ -n "${KVFLASH_AB_FLAGS:-}" ]; then
-    (cmake -S . -B build/gpu-b "${cfg[@]}" "-DCMAKE_CUDA_FLAGS=$KVFLASH_AB_FLAGS" &&
+  if [ -n "${KVFLASH_AB_FLAGS:-}${KVFLASH_AB_SRC:-}" ]; then
+    (cmake -S "${KVFLASH_AB_SRC:-.}" -B build/gpu-b "${cfg[@]}" \
+      "-DCMAKE_CUDA_FLAGS=${KVFLASH_AB_FLAGS:-}" &&
       cmake --build build/gpu-b -j "$jobs" --target kvflash-bench) > "$out/build_b.txt" 2>&1 &
   fi
   cmake -S . -B build/gpu "${cfg[@]}" > "$out/build.txt" 2>&1 &&
@@ -48,7 +51,8 @@ fi
 
 if has tests; then
   say "== test_gpu_attention"
-  timeout 300 build/gpu/tests/test_gpu_attention > "$out/gtest.txt" 2>&1
+  timeout 300 build/gpu/tests/test_gpu_attention ${KVFLASH_GTEST_FILTER:+--gtest_filter=$KVFLASH_GTEST_FILTER} \
+    > "$out/gtest.txt" 2>&1
   say "gtest rc=$?"
   grep -E "^\[  (PASSED|FAILED)|^\[  FAILED|tests ran|Failure|Expected|Which is" "$out/gtest.txt" |
     head -60 >> "$sum"
@@ -59,10 +63,13 @@ if has parity; then
   timeout 150 $parity --backend cuda -f "$prefill_cases" --csv "$out/parity.csv" \
     > "$out/parity.txt" 2>&1
   say "parity rc=$?"
-  timeout 200 $parity --backend cuda --set prefill --csv "$out/parity_prefill.csv" \
-    > "$out/parity_prefill.txt" 2>&1
-  say "parity --set prefill rc=$?"
+  if [ "${KVFLASH_PARITY_QUICK:-0}" != 1 ]; then  # quick: the default set's cases only
+    timeout 200 $parity --backend cuda --set prefill --csv "$out/parity_prefill.csv" \
+      > "$out/parity_prefill.txt" 2>&1
+    say "parity --set prefill rc=$?"
+  fi
   for f in parity parity_prefill; do
+    [ -f "$out/$f.txt" ] || continue
     grep -E "^FAIL" "$out/$f.txt" | head -20 >> "$sum"
     tail -n 1 "$out/$f.txt" >> "$sum"
   done
@@ -70,6 +77,12 @@ fi
 
 bench_rows() {  # kvflash-bench binary, output csv
   local b=$1 csv=$2 r=(--backend cuda --no-progress -o csv -r 5 --warmup 2 --heads 32/8)
+  if [ "${KVFLASH_BENCH_QUICK:-0}" = 1 ]; then  # a few rows for an A/B
+    timeout 100 "$b" "${r[@]}" --head-dim 128 -d 8192 -n 8192 --ctk f16,q8_0,q4_0,turbo3 >> "$csv"
+    timeout 60 "$b" "${r[@]}" --head-dim 256 -d 8192 -n 8192 --ctk f16 >> "$csv"
+    timeout 60 "$b" "${r[@]}" --head-dim 128 -d 32768 -n 2048 --ctk f16,q8_0 >> "$csv"
+    return
+  fi
   for d in 8192 32768; do
     timeout 200 "$b" "${r[@]}" --head-dim 128 -d $d -n $d --ctk f16,bf16,q8_0,q4_0,turbo3 >> "$csv"
   done
@@ -107,7 +120,9 @@ fi
 
 if has sdpa; then
   say "== SDPA"
-  timeout 300 python3 - >> "$sum" 2>&1 <<'EOF'
+  timeout 300 python3 - "${KVFLASH_SDPA_SHAPES:-8192:128 32768:128 8192:64 8192:256}" \
+    >> "$sum" 2>&1 <<'EOF'
+import sys
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 import torch.nn.functional as F
@@ -126,7 +141,7 @@ def run(n, d, dtype, backend):
     ts.sort()
     ms = ts[len(ts) // 2]
     return ms, 4 * d * 32 * n * (n + 1) / 2 / ms / 1e9
-for n, d in ((8192, 128), (32768, 128), (8192, 64), (8192, 256)):
+for n, d in (tuple(int(x) for x in nd.split(":")) for nd in sys.argv[1].split()):
     for dtype in (torch.float16, torch.bfloat16):
         for be in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION):
             try:

@@ -39,20 +39,27 @@ TEST(CudaPrefillLayout, RegionsAreAlignedDisjointAndFitTheDevice) {
         EXPECT_GE(l.dkc, d.k);
         EXPECT_GE(l.dvc, d.v);
         EXPECT_LE(l.dvc, l.dv_bucket);
-        std::vector<Region> r = {{l.q_off, l.q_off + int64_t{kBlockRows} * l.q_stride}};
+        EXPECT_LE(l.dkc, l.dv_bucket);
+        EXPECT_EQ(l.block_rows, block_rows(l.dv_bucket));
+        std::vector<Region> r = {{l.q_off, l.q_off + int64_t{l.block_rows} * l.q_stride}};
         for (int s = 0; s < kStages; ++s) {
           const int64_t base = int64_t{s} * l.stage_bytes;
-          const int64_t k_rows = int64_t{kTileKeys} * (l.k_direct ? l.k_op_stride : l.k_slot);
-          const int64_t v_rows = int64_t{kTileKeys} * (l.v_direct ? l.v_op_stride : l.v_slot);
-          r.push_back({base + l.k_stage_off, base + l.k_stage_off + k_rows});
-          r.push_back({base + l.v_stage_off, base + l.v_stage_off + v_rows});
-          if (!l.k_direct) r.push_back({base + l.k_lead_off, base + l.k_lead_off + kTileKeys});
-          if (!l.v_direct) r.push_back({base + l.v_lead_off, base + l.v_lead_off + kTileKeys});
+          const auto staged = [&](TileMode mode, int32_t op_stride, int32_t slot, int32_t data,
+                                  int32_t lead) {
+            if (mode == TileMode::direct)
+              r.push_back({base + data, base + data + int64_t{kTileKeys} * op_stride});
+            if (mode == TileMode::raw) {
+              r.push_back({base + data, base + data + int64_t{kTileKeys} * slot});
+              r.push_back({base + lead, base + lead + kTileKeys});
+            }
+          };
+          staged(l.k_mode, l.k_op_stride, l.k_slot, l.k_stage_off, l.k_lead_off);
+          staged(l.v_mode, l.v_op_stride, l.v_slot, l.v_stage_off, l.v_lead_off);
           EXPECT_LE(base + l.stage_bytes, int64_t{l.k_stage_off} + (s + 1) * l.stage_bytes);
         }
-        if (!l.k_direct)
+        if (l.k_mode != TileMode::direct)
           r.push_back({l.k_dec_off, l.k_dec_off + int64_t{kTileKeys} * l.k_op_stride});
-        if (!l.v_direct)
+        if (l.v_mode != TileMode::direct)
           r.push_back({l.v_dec_off, l.v_dec_off + int64_t{kTileKeys} * l.v_op_stride});
         if (is_rotated(k)) r.push_back({l.scratch_off, l.scratch_off + kWarps * 128 * 4});
         std::sort(r.begin(), r.end(), [](Region a, Region b) { return a.lo < b.lo; });
@@ -72,10 +79,10 @@ TEST(CudaPrefillLayout, RegionsAreAlignedDisjointAndFitTheDevice) {
           EXPECT_EQ(std::unique(quads.begin(), quads.end()), quads.end()) << "stride " << stride;
         }
         // Raw slots hold the widest lead (15 bytes) and the row.
-        if (!l.k_direct) {
+        if (l.k_mode == TileMode::raw) {
           EXPECT_GE(l.k_slot, l.k_row_bytes + 15);
         }
-        if (!l.v_direct) {
+        if (l.v_mode == TileMode::raw) {
           EXPECT_GE(l.v_slot, l.v_row_bytes + 15);
         }
         EXPECT_GE(l.smem_total, l.smem_epilogue);
@@ -93,7 +100,8 @@ TEST(CudaPrefillLayout, RowBlocksCoverEveryRowOfTheGroup) {
   for (int32_t n : {9, 31, 32, 33, 1000, 2048}) {
     p.n_q_tokens = n;
     const int64_t rows = int64_t{n} * 4;
-    EXPECT_EQ(prefill_layout(p).n_row_blocks, (rows + kBlockRows - 1) / kBlockRows) << n;
+    const int64_t br = prefill_layout(p).block_rows;
+    EXPECT_EQ(prefill_layout(p).n_row_blocks, (rows + br - 1) / br) << n;
   }
 }
 
@@ -120,8 +128,8 @@ TEST(CudaPrefillKeys, RangeHoldsEveryVisibleKeyAndNoWholeTileOfHiddenOnes) {
         for (int32_t n_q : {9, 50, 300}) {
           for (int64_t len : {int64_t{5}, int64_t{n_q}, int64_t{n_q} + 77, int64_t{900}}) {
             const int32_t rows = n_q * group;
-            for (int32_t row0 = 0; row0 < rows; row0 += kBlockRows) {
-              const int32_t row_end = std::min(rows, row0 + kBlockRows);
+            for (int32_t row0 = 0; row0 < rows; row0 += block_rows(128)) {
+              const int32_t row_end = std::min(rows, row0 + block_rows(128));
               const PrefillKeyRange got =
                   prefill_key_range(len, 1000, n_q, group, causal, window, row0, row_end);
               const PrefillKeyRange want =

@@ -105,6 +105,8 @@ void problem_params(PrefillParams& d, const AttentionProblem& p, const PrefillLa
   d.has_sinks = p.has_sinks;
   d.has_alibi = p.has_alibi;
   d.div_group = fast_div(d.group);
+  d.k_div_items = fast_div(l.dkc / 8);
+  d.v_div_items = fast_div(l.dvc / 8);
 }
 
 void plan_prefill(Plan& plan) {
@@ -122,10 +124,11 @@ void plan_prefill(Plan& plan) {
   plan.detail = std::move(pp);
 }
 
-// The slot a tensor's rows are copied into: the operand row (f16 / bf16) or the raw slot.
+// The slot a tensor's rows are copied into: the operand row (direct, convert: 16-byte copies of
+// the whole row, no lead) or the raw slot.
 int32_t slot_of(const PrefillLayout& l, bool k) {
-  if (k) return l.k_direct ? l.k_op_stride : l.k_slot;
-  return l.v_direct ? l.v_op_stride : l.v_slot;
+  if (k) return l.k_mode == TileMode::raw ? l.k_slot : l.k_op_stride;
+  return l.v_mode == TileMode::raw ? l.v_slot : l.v_op_stride;
 }
 
 // cuda.prefill's requirements on the tensors: lengths on the device, and K / V layouts its tile

@@ -41,6 +41,7 @@ struct PrefillParams {
   float scale, scale_log2, softcap;
   uint8_t causal, has_mask, has_sinks, has_alibi, q_vec4;
   FastDiv div_group;
+  FastDiv k_div_items, v_div_items;  // decoded tiles: work items (32-dim block, thread) per row
 };
 
 }  // namespace kvflash::cuda::prefill

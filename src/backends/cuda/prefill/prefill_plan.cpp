@@ -30,37 +30,42 @@ PrefillLayout prefill_layout(const AttentionProblem& p) {
   PrefillLayout l;
   l.dkc = prefill_dim(p.k_type, p.head_dim.k);
   l.dvc = prefill_dim(p.v_type, p.head_dim.v);
-  l.dv_bucket = l.dvc <= 128 ? 128 : 256;
+  l.dv_bucket = dims_bucket(l.dkc, l.dvc);
+  l.block_rows = block_rows(l.dv_bucket);
   l.k_row_bytes = static_cast<int32_t>(row_size(p.k_type, p.head_dim.k));
   l.v_row_bytes = static_cast<int32_t>(row_size(p.v_type, p.head_dim.v));
-  l.k_direct = p.k_type == KvType::f16 || p.k_type == KvType::bf16;
-  l.v_direct = p.v_type == KvType::f16 || p.v_type == KvType::bf16;
+  l.k_mode = tile_mode(p.k_type);
+  l.v_mode = tile_mode(p.v_type);
   l.q_stride = 2 * l.dkc + 16;
   l.k_op_stride = 2 * l.dkc + 16;
   l.v_op_stride = 2 * l.dvc + 16;
-  l.k_slot = l.k_direct ? 0 : raw_slot(l.k_row_bytes);
-  l.v_slot = l.v_direct ? 0 : raw_slot(l.v_row_bytes);
+  l.k_slot = l.k_mode == TileMode::raw ? raw_slot(l.k_row_bytes) : 0;
+  l.v_slot = l.v_mode == TileMode::raw ? raw_slot(l.v_row_bytes) : 0;
 
   int32_t off = 0;
   l.q_off = off;
-  off += kBlockRows * l.q_stride;
+  off += l.block_rows * l.q_stride;
   // One stage: K's tile (operand rows, or raw slots and their leads), then V's.
   int32_t stage = 0;
-  l.k_stage_off = off;
-  stage += kTileKeys * (l.k_direct ? l.k_op_stride : l.k_slot);
-  l.k_lead_off = l.k_direct ? 0 : l.k_stage_off + stage;
-  if (!l.k_direct) stage += kTileKeys;
-  l.v_stage_off = off + stage;
-  stage += kTileKeys * (l.v_direct ? l.v_op_stride : l.v_slot);
-  l.v_lead_off = l.v_direct ? 0 : off + stage;
-  if (!l.v_direct) stage += kTileKeys;
+  const auto stage_tensor = [&](TileMode mode, int32_t op_stride, int32_t slot, int32_t& data,
+                                int32_t& lead) {
+    data = off + stage;
+    if (mode == TileMode::direct) stage += kTileKeys * op_stride;
+    if (mode == TileMode::raw) {
+      stage += kTileKeys * slot;
+      lead = off + stage;
+      stage += kTileKeys;
+    }
+  };
+  stage_tensor(l.k_mode, l.k_op_stride, l.k_slot, l.k_stage_off, l.k_lead_off);
+  stage_tensor(l.v_mode, l.v_op_stride, l.v_slot, l.v_stage_off, l.v_lead_off);
   l.stage_bytes = round_up(stage, 16);
   off += kStages * l.stage_bytes;
-  if (!l.k_direct) {
+  if (l.k_mode != TileMode::direct) {
     l.k_dec_off = off;
     off += kTileKeys * l.k_op_stride;
   }
-  if (!l.v_direct) {
+  if (l.v_mode != TileMode::direct) {
     l.v_dec_off = off;
     off += kTileKeys * l.v_op_stride;
   }
@@ -70,10 +75,10 @@ PrefillLayout prefill_layout(const AttentionProblem& p) {
   }
   l.smem_main = static_cast<size_t>(off);
   l.out_stride = l.dvc + 4;
-  l.smem_epilogue = size_t{kBlockRows} * l.out_stride * 4;
+  l.smem_epilogue = size_t(l.block_rows) * l.out_stride * 4;
   l.smem_total = std::max(l.smem_main, l.smem_epilogue);
   const int64_t rows = int64_t{p.n_q_tokens} * p.group();
-  l.n_row_blocks = static_cast<int32_t>((rows + kBlockRows - 1) / kBlockRows);
+  l.n_row_blocks = static_cast<int32_t>((rows + l.block_rows - 1) / l.block_rows);
   return l;
 }
 

@@ -10,34 +10,60 @@
 
 namespace kvflash::cuda::prefill {
 
-// One CTA: 8 warps, each owning 16 query rows (token x head of the GQA group, token-major as in
-// decode), over tiles of 64 keys.
+// One CTA: 8 warps, each owning m_tiles(dv_bucket) blocks of 16 query rows (token x head of the
+// GQA group, token-major as in decode), over tiles of 64 keys. Every K/V value a warp reads from
+// shared memory feeds all of its M tiles: two where the accumulators fit (V dims up to 128: 128
+// of them per lane), which halves the operand traffic per MMA (one M tile made the 128-dim
+// kernel shared-memory bound); one for 256 V dims.
 inline constexpr int kThreads = 256;
 inline constexpr int kWarps = kThreads / 32;
-inline constexpr int kBlockRows = 16 * kWarps;  // query rows per CTA
 inline constexpr int kTileKeys = 64;
+constexpr int m_tiles(int dv_bucket) {
+  return dv_bucket <= 128 ? 2 : 1;
+}
+constexpr int block_rows(int dv_bucket) {  // query rows per CTA
+  return 16 * m_tiles(dv_bucket) * kWarps;
+}
 inline constexpr int kStages = 2;  // K/V tiles in flight: the next one loads while one computes
 // The smallest call the prefill family serves (cuda.decode serves up to 8 query tokens).
 inline constexpr int32_t kMinPrefillQTokens = 9;
 inline constexpr int32_t kMaxPrefillHeadDim = 256;
 
+// How a tensor's tiles reach the MMA operand tile (16-bit rows):
+//   direct   f16 / bf16: cp.async straight into each stage's operand tile;
+//   raw      quantized: cp.async of the raw rows into the stage, then decoded on chip into one
+//            f16 operand tile;
+//   convert  f32: read and converted to f16 by the threads into that operand tile when the tile
+//            is used (f32 rows staged raw would take 4x the bytes of f16 ones: 256-dim tiles
+//            would not fit).
+enum class TileMode { direct, raw, convert };
+constexpr TileMode tile_mode(KvType t) {
+  if (t == KvType::f16 || t == KvType::bf16) return TileMode::direct;
+  return t == KvType::f32 ? TileMode::convert : TileMode::raw;
+}
+
+// The kernel instances: 128 when both computed dims are at most 128 (two M tiles per warp, 256
+// rows per CTA), else 256 (one M tile, the accumulators of 256 V dims).
+constexpr int32_t dims_bucket(int32_t dkc, int32_t dvc) {
+  return dkc <= 128 && dvc <= 128 ? 128 : 256;
+}
+
 // Shared-memory regions (byte offsets from the dynamic base, all 16-byte aligned) and strides.
-// Each of K and V is either "direct" (f16 / bf16 rows: copied straight into the MMA operand
-// tile of each stage) or "decoded" (quantized or f32 rows: copied raw into the stage, then
-// decoded into one f16 operand tile the MMAs read). Operand tiles have rows of the computed dims
-// in 16-bit values plus 16 bytes, so that ldmatrix's eight rows fall in distinct banks.
+// Operand tiles have rows of the computed dims in 16-bit values plus 16 bytes, so that
+// ldmatrix's eight rows fall in distinct banks.
 struct PrefillLayout {
   int32_t dkc = 0, dvc = 0;  // computed dims (multiples of 16): K padded to its type's blocks
-  int32_t dv_bucket = 128;   // the kernel instance's V dims (accumulator registers): 128 or 256
+  int32_t dv_bucket = 128;   // the kernel instance (dims_bucket): its accumulators' V dims
   int32_t k_row_bytes = 0, v_row_bytes = 0;
-  bool k_direct = false, v_direct = false;
+  TileMode k_mode = TileMode::direct, v_mode = TileMode::direct;
   int32_t q_stride = 0;            // bytes per row of the Q operand tile
   int32_t k_op_stride = 0, v_op_stride = 0;  // bytes per row of the K / V operand tiles
-  int32_t k_slot = 0, v_slot = 0;  // bytes per raw row (decoded tensors): the row and its lead
-  int32_t q_off = 0;               // Q operand tile (kBlockRows rows)
+  int32_t k_slot = 0, v_slot = 0;  // bytes per raw row (raw tensors): the row and its lead
+  int32_t block_rows = 0;          // query rows per CTA (block_rows(dv_bucket))
+  int32_t q_off = 0;               // Q operand tile (block_rows rows)
   int32_t k_stage_off = 0, v_stage_off = 0, stage_bytes = 0;  // stage s at off + s * stage_bytes
-  int32_t k_lead_off = 0, v_lead_off = 0;  // per stage: one lead byte per raw row (decoded)
-  int32_t k_dec_off = 0, v_dec_off = 0;    // the decoded operand tiles (decoded tensors)
+  int32_t k_lead_off = 0, v_lead_off = 0;  // per stage: one lead byte per raw row (raw)
+  int32_t k_dec_off = 0, v_dec_off = 0;    // the decoded operand tiles (raw, convert)
   int32_t scratch_off = 0;         // turbo K: one 128-float group per warp for Q's rotation
   int32_t out_stride = 0;          // floats per row of the epilogue's output staging
   size_t smem_main = 0, smem_epilogue = 0, smem_total = 0;
