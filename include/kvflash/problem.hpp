@@ -72,6 +72,10 @@ struct AttentionProblem {
   // (KvTensor without a page table); > 0 = tokens live in pages of page_size tokens that a page
   // table maps per sequence (KvTensor::page_table, any page size).
   int32_t page_size = 0;
+  // Ragged query lengths (as serving engines batch prefill chunks with decode tokens): false =
+  // every sequence has n_q_tokens queries; true = sequence s has its own count, 0 .. n_q_tokens,
+  // given by AttentionTensors::q_offsets, and q / out / lse are packed (see there).
+  bool ragged_q = false;
 
   int32_t group() const { return n_q_heads / n_kv_heads; }
   float effective_scale() const;
@@ -155,6 +159,16 @@ struct AttentionTensors {
   float* lse = nullptr;  // optional (n_seqs, n_q_tokens, n_q_heads): log-sum-exp of the
                          // logits, natural log, sink included; -inf when empty. When
                          // non-null, every kernel writes every entry.
+  // problem.ragged_q only: n_seqs + 1 int32 offsets, q_offsets[0] = 0, non-decreasing, each
+  // step q_offsets[s + 1] - q_offsets[s] = sequence s's query count q_len(s) in 0 .. n_q_tokens.
+  // q, out and lse are then packed: query i of sequence s is row q_offsets[s] + i of
+  // q (total, n_q_heads, head_dim.k), out (total, n_q_heads, head_dim.v) and lse (total,
+  // n_q_heads), total = q_offsets[n_seqs]; its position is kv_len(s) - q_len(s) + i (the last
+  // q_len positions, as without ragged_q). The mask, when present, stays (n_seqs, n_q_tokens,
+  // mask_stride): row i of sequence s. In the memory of the other tensors (device memory for a
+  // CUDA plan, read on the device like kv_lens). Offsets that break these rules: the CPU backend
+  // returns invalid_argument; a CUDA kernel reads and writes nothing for that sequence.
+  const int32_t* q_offsets = nullptr;
 };
 
 // Checks pointers and strides against the problem (the problem must already be valid).
