@@ -189,3 +189,41 @@ TEST(CudaPrefillKeys, UnmaskedTilesHaveNoHiddenScore) {
 
 }  // namespace
 }  // namespace kvflash::cuda::prefill
+
+namespace kvflash::cuda::prefill {
+namespace {
+
+TEST(CudaPrefillQueries, RowsOfEachSequenceDenseAndRagged) {
+  const SeqQueries dense = seq_queries(nullptr, 3, 5, 100);
+  EXPECT_EQ(dense.row0, 300);
+  EXPECT_EQ(dense.len, 100);
+  EXPECT_TRUE(dense.ok);
+  const int32_t offsets[] = {0, 0, 1, 8, 108, 140};
+  const int32_t want_len[] = {0, 1, 7, 100, 32};
+  for (int32_t s = 0; s < 5; ++s) {
+    const SeqQueries q = seq_queries(offsets, s, 5, 100);
+    EXPECT_TRUE(q.ok) << s;
+    EXPECT_EQ(q.row0, offsets[s]) << s;
+    EXPECT_EQ(q.len, want_len[s]) << s;
+  }
+}
+
+TEST(CudaPrefillQueries, OffsetsBreakingTheRulesMarkTheSequence) {
+  // A count above n_q_tokens, a decreasing step, a negative start, rows past n_seqs * n_q_tokens.
+  const int32_t too_many[] = {0, 11, 12};
+  EXPECT_FALSE(seq_queries(too_many, 0, 2, 10).ok);
+  EXPECT_TRUE(seq_queries(too_many, 1, 2, 10).ok);
+  const int32_t decreasing[] = {0, 5, 3};
+  EXPECT_FALSE(seq_queries(decreasing, 1, 2, 10).ok);
+  const int32_t negative[] = {-4, 2, 3};
+  EXPECT_FALSE(seq_queries(negative, 0, 2, 10).ok);
+  // Counts within 0 .. 20, but sequence 1's rows end at 45, past the 2 x 20 rows a caller holds.
+  const int32_t past_end[] = {25, 30, 45};
+  EXPECT_TRUE(seq_queries(past_end, 0, 2, 20).ok);
+  EXPECT_FALSE(seq_queries(past_end, 1, 2, 20).ok);
+  // A sequence with bad offsets has no rows.
+  EXPECT_EQ(seq_queries(past_end, 1, 2, 20).len, 0);
+}
+
+}  // namespace
+}  // namespace kvflash::cuda::prefill

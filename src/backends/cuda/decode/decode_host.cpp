@@ -95,6 +95,11 @@ std::optional<std::string> reject_q_tokens(const AttentionProblem& p) {
                      p.n_q_tokens, kMaxDecodeQTokens);
 }
 
+std::optional<std::string> reject_ragged(const AttentionProblem& p) {
+  if (!p.ragged_q) return std::nullopt;
+  return std::string("ragged query lengths (problem.ragged_q) are served by cuda.prefill");
+}
+
 std::optional<std::string> reject_grid(const AttentionProblem& p) {
   if (p.n_seqs > 65535)
     return fmt::format("n_seqs = {} is above 65535 (one grid dimension)", p.n_seqs);
@@ -326,6 +331,7 @@ void register_decode(std::vector<KernelCandidate>& out) {
               {"compute_capability", reject_arch},
               {"kv_types", reject_pair_not_built},
               {"decode_q_tokens", reject_q_tokens},
+              {"ragged_q", reject_ragged},
               {"grid", reject_grid},
               {"shared_memory", reject_smem}};
   c.make_plan = plan_decode;

@@ -26,8 +26,10 @@ namespace {
 // The kernel's static shared memory (two centroid tables, the sign words, a flag), at most.
 constexpr size_t kStaticSmemBytes = 256;
 
+// Prefill-sized calls, and every ragged one (whatever its longest sequence: cuda.decode reads no
+// per-sequence query counts).
 std::optional<std::string> reject_q_tokens(const AttentionProblem& p) {
-  if (p.n_q_tokens >= kMinPrefillQTokens) return std::nullopt;
+  if (p.n_q_tokens >= kMinPrefillQTokens || p.ragged_q) return std::nullopt;
   return fmt::format("n_q_tokens = {} is below {} (cuda.decode serves 1..{})", p.n_q_tokens,
                      kMinPrefillQTokens, kMinPrefillQTokens - 1);
 }
@@ -72,6 +74,7 @@ void problem_params(PrefillParams& d, const AttentionProblem& p, const PrefillLa
   d.kv_capacity = p.kv_capacity;
   d.window = p.window;
   d.page_size = p.page_size;
+  d.n_seqs = p.n_seqs;
   d.n_q_tokens = p.n_q_tokens;
   d.n_q_heads = p.n_q_heads;
   d.n_kv_heads = p.n_kv_heads;
@@ -141,6 +144,8 @@ Status check_prefill_tensors(const Plan& plan, const AttentionTensors& t) {
     return invalid_argument(
         "cuda.prefill reads the lengths on the device: tensors.kv_lens must be "
         "a device array of n_seqs int64 values");
+  if (p.ragged_q && t.q_offsets == nullptr)
+    return invalid_argument("problem.ragged_q is set but tensors.q_offsets is null");
   const PrefillLayout& l = prefill_plan_of(plan).layout;
   Expected<decode::CopyMode> ku =
       decode::copy_mode("k", t.k, p.k_type, l.k_row_bytes, slot_of(l, true), p);
@@ -177,6 +182,7 @@ Status run_prefill(const Plan& plan, const AttentionTensors& t, void*, void* str
   PrefillParams d = pp.params;
   d.q = t.q;
   d.kv_lens = t.kv_lens;
+  d.q_offsets = p.ragged_q ? t.q_offsets : nullptr;
   d.mask = t.mask;
   d.sinks = t.sinks;
   d.alibi = t.alibi_slopes;

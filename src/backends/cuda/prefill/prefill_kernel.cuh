@@ -37,8 +37,10 @@ namespace kvflash::cuda::prefill {
 
 // The CTA's coordinates and its sequence's facts.
 struct PrefillCta {
-  int seq, kvh, row0, row_end;
-  int64_t len, first_q;  // keys in the sequence; position of query token 0
+  int seq, kvh, row0, row_end;  // rows: (token, head of the group) pairs of this KV head
+  int64_t q_row0;               // the sequence's first query row in q / out / lse
+  int32_t q_len;                // its query tokens (n_q_tokens, or its ragged count)
+  int64_t len, first_q;         // keys in the sequence; position of query token 0
   PrefillKeyRange keys;
 };
 
@@ -171,7 +173,7 @@ __device__ __forceinline__ void stage_q(const PrefillParams& p, const PrefillCta
   const auto q_row = [&](int r) -> const float* {
     const int rr = cta.row0 + r, tok = fdiv(rr, p.div_group);
     const int qh = cta.kvh * p.group + rr - tok * p.group;
-    return p.q + ((int64_t{cta.seq} * p.n_q_tokens + tok) * p.n_q_heads + qh) * p.dk;
+    return p.q + ((cta.q_row0 + tok) * p.n_q_heads + qh) * p.dk;
   };
   if constexpr (is_rotated(KT)) {
     constexpr int kWarpRows = kRows / kWarps;
@@ -375,10 +377,16 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
   cta.kvh = blockIdx.y;
   // Heaviest row blocks first (with causal masking the last rows see the most keys).
   cta.row0 = (p.n_row_blocks - 1 - static_cast<int>(blockIdx.x)) * kRows;
-  cta.row_end = min(cta.row0 + kRows, p.rows);
+  const SeqQueries sq_info = seq_queries(p.q_offsets, cta.seq, p.n_seqs, p.n_q_tokens);
+  cta.q_row0 = sq_info.row0;
+  cta.q_len = sq_info.len;
+  // Rows past this sequence's queries (ragged: fewer than n_q_tokens), or offsets that break the
+  // rules (nothing read, nothing written): the CTA has no work.
+  if (!sq_info.ok || cta.row0 >= cta.q_len * p.group) return;
+  cta.row_end = min(cta.row0 + kRows, cta.q_len * p.group);
   cta.len = p.kv_lens[cta.seq];
-  cta.first_q = cta.len - p.n_q_tokens;
-  cta.keys = prefill_key_range(cta.len, p.kv_capacity, p.n_q_tokens, p.group, p.causal, p.window,
+  cta.first_q = cta.len - cta.q_len;
+  cta.keys = prefill_key_range(cta.len, p.kv_capacity, cta.q_len, p.group, p.causal, p.window,
                                cta.row0, cta.row_end);
   if (tid < 4) sign_words[tid] = sign_word(tid);
   if (tid == 0) bad_input = cta.len < 0 || cta.len > p.kv_capacity;
@@ -490,7 +498,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
               make_float2(o[m][d][2 * r] * fin.scale, o[m][d][2 * r + 1] * fin.scale);
       }
       if (t == 0 && valid && p.lse != nullptr)
-        p.lse[(int64_t{cta.seq} * p.n_q_tokens + tok) * p.n_q_heads + qh] =
+        p.lse[(cta.q_row0 + tok) * p.n_q_heads + qh] =
             bad ? __int_as_float(0x7fc00000) : fin.lse;
     }
   }
@@ -503,7 +511,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
       for (int g0 = 0; g0 < p.dvc; g0 += 128) inverse_rotate_group(orow + g0, lane, sign_words);
     }
     const int tok = fdiv(row, p.div_group), qh = cta.kvh * p.group + row - tok * p.group;
-    float* dst = p.out + ((int64_t{cta.seq} * p.n_q_tokens + tok) * p.n_q_heads + qh) * p.dv;
+    float* dst = p.out + ((cta.q_row0 + tok) * p.n_q_heads + qh) * p.dv;
     for (int d = lane; d < p.dv; d += 32) dst[d] = bad ? __int_as_float(0x7fc00000) : orow[d];
   }
 }

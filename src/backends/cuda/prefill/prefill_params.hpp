@@ -24,6 +24,7 @@ struct TileCopy {
 struct PrefillParams {
   const float* q;
   const int64_t* kv_lens;
+  const int32_t* q_offsets;  // ragged_q: the packed rows' offsets per sequence; else null
   const float* mask;
   const float* sinks;
   const float* alibi;
@@ -32,7 +33,7 @@ struct PrefillParams {
   TileCopy k, v;
   int64_t kv_capacity, window, mask_stride;
   int32_t page_size;
-  int32_t n_q_tokens, n_q_heads, n_kv_heads, group, rows, n_row_blocks;
+  int32_t n_seqs, n_q_tokens, n_q_heads, n_kv_heads, group, rows, n_row_blocks;
   int32_t dk, dv, dkc, dvc;
   // Shared-memory layout (PrefillLayout).
   int32_t q_stride, k_op_stride, v_op_stride, k_slot, v_slot;

@@ -94,6 +94,25 @@ KVFLASH_HD PrefillKeyRange prefill_key_range(int64_t len, int64_t capacity, int3
   return {lo, hi};
 }
 
+// Sequence `seq`'s queries: their first row in q / out / lse and their count. Without ragged
+// offsets (null) every sequence has n_q_tokens, rows seq * n_q_tokens on; with them (ragged_q,
+// read on the device) rows q_offsets[seq] on, q_offsets[seq + 1] - q_offsets[seq] of them, and
+// `ok` is false where the offsets break AttentionTensors' rules for this sequence (a count outside
+// 0 .. n_q_tokens, rows outside 0 .. n_seqs * n_q_tokens): the kernel then reads and writes
+// nothing for it.
+struct SeqQueries {
+  int64_t row0 = 0;
+  int32_t len = 0;
+  bool ok = true;
+};
+KVFLASH_HD SeqQueries seq_queries(const int32_t* q_offsets, int32_t seq, int32_t n_seqs,
+                                  int32_t n_q_tokens) {
+  if (q_offsets == nullptr) return {int64_t{seq} * n_q_tokens, n_q_tokens, true};
+  const int64_t a = q_offsets[seq], b = q_offsets[seq + 1];
+  const bool ok = a >= 0 && b >= a && b - a <= n_q_tokens && b <= int64_t{n_seqs} * n_q_tokens;
+  return {a, ok ? static_cast<int32_t>(b - a) : 0, ok};
+}
+
 // Whether a tile of keys [k0, k0 + kTileKeys) needs the per-score visibility test for rows whose
 // positions span [pq_lo, pq_hi]: it reaches past the range's end, past the first row's diagonal,
 // or before the last row's window.
