@@ -17,7 +17,8 @@
 #   (KVFLASH_GPU_QUICK=1: no tests, no sanitizer, no SDPA, a small benchmark: for tuning runs)
 #   summary.md   both as tables: % of read bandwidth, straight-line fit and steps (also printed)
 #   loop.md      kvflash-loop: a 32-layer model's attention per decode step, eager and as one CUDA
-#                graph (time per token, graph overhead, memory against kvflash-plan)
+#                graph (time per token, graph overhead, memory against kvflash-plan); then per
+#                2048-token prefill chunk through gpu::KvCache (tokens/s per KV type against f16)
 #   bench_sdpa.csv (+ .err)  the fair peer: PyTorch scaled_dot_product_attention (cuDNN and flash
 #                backends, f16/bf16) on the same GPU, 32/8 heads, D 128, depths 4K/32K/128K/1M, 1
 #                and 8 query tokens (scripts/bench_sdpa.py); needs python3 with torch, else .err
@@ -185,9 +186,12 @@ loop=build/gpu/tools/loop/kvflash-loop
   echo; $loop -ctk f16 -ctv f16 -d 4096,262144 -n 10
   echo; $loop -ctk q4_0 -ctv q4_0 -d 4096,262144 -n 10
   echo; $loop --layers 4 -ctk f16,q8_0,q4_0,turbo3 -ctv q8_0,q4_0,turbo4,f16 -d 4096,65536 -n 10
+  # Issue 39 point 6: one 2048-token prefill chunk per step through gpu::KvCache, per KV type
+  # against f16.
+  echo; $loop --chunk 2048 -d 8192,32768 -n 5
 } > "$out/loop.md" 2>&1
 echo "loop rc=$?"
-grep -E "^\| *[0-9]|kvflash-plan|Graph runner|fell by" "$out/loop.md"
+grep -E "^\| *[0-9a-z]|kvflash-plan|Graph runner|fell by" "$out/loop.md"
 # Prefill (n > 8 query tokens): the shapes of scripts/bench_sdpa.py --prefill (its PREFILL_POINTS
 # and PREFILL_HEAD_DIMS), every type and the mixed pair; one CSV header.
 prefill_common=(--backend cuda -r 10 --warmup 2 --no-progress -o csv --heads 32/8
