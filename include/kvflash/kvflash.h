@@ -158,6 +158,8 @@ typedef struct kvflash_problem {
   int32_t has_alibi;          /* per-head ALiBi slopes are given (kvflash_tensors.alibi_slopes) */
   int32_t page_size;          /* 0: contiguous K/V; > 0: paged, tokens per page (the tensors'
                                  page_table); read by the CUDA decode kernels and the reference */
+  int32_t ragged_q;           /* nonzero: sequence s has its own query count, 0 .. n_q_tokens,
+                                 given by kvflash_tensors.q_offsets; q, out and lse are packed */
 } kvflash_problem;
 
 /* The defaults of kvflash::AttentionProblem: 1 sequence, 1 query token, 32/8 heads, head_dim
@@ -218,9 +220,17 @@ typedef struct kvflash_tensors {
   float* out;                /* (n_seqs, n_q_tokens, n_q_heads, head_dim.v), written */
   float* lse; /* optional (n_seqs, n_q_tokens, n_q_heads): log-sum-exp of the logits, sink
                  included, -inf when no key is visible; written when not NULL */
+  const int32_t* q_offsets; /* problem.ragged_q only, else NULL: n_seqs + 1 offsets, q_offsets[0]
+                               = 0, non-decreasing, each step q_offsets[s + 1] - q_offsets[s] =
+                               sequence s's query count q_len(s) in 0 .. n_q_tokens. q, out and lse
+                               are then packed: query i of sequence s is row q_offsets[s] + i of q
+                               (total, n_q_heads, head_dim.k), out and lse (total =
+                               q_offsets[n_seqs]), at position kv_len(s) - q_len(s) + i; the mask
+                               stays (n_seqs, n_q_tokens, mask_stride), row i of sequence s */
 } kvflash_tensors;
 
-/* KVFLASH_OK when the problem is valid and the tensors fit it (pointers, strides, kv_lens). */
+/* KVFLASH_OK when the problem is valid and the tensors fit it (pointers, strides, kv_lens,
+ * q_offsets). */
 KVFLASH_API int kvflash_validate_tensors(const kvflash_problem* problem,
                                          const kvflash_tensors* tensors);
 

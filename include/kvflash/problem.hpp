@@ -171,7 +171,29 @@ struct AttentionTensors {
   const int32_t* q_offsets = nullptr;
 };
 
-// Checks pointers and strides against the problem (the problem must already be valid).
+// Checks pointers and strides against the problem (the problem must already be valid). Reads no
+// tensor memory (a CUDA plan's tensors are on the device).
 Status validate(const AttentionProblem& p, const AttentionTensors& t);
+
+// Sequence seq's query rows, the one layout formula every reader uses (reference, CPU kernels,
+// CUDA kernels, tools): the first packed row of q / out / lse (in query tokens: the row of query
+// i of head h is (q_row_base + i) * n_q_heads + h) and the query count. q_offsets is
+// AttentionTensors::q_offsets (nullptr unless problem.ragged_q: every sequence then has
+// n_q_tokens queries at rows seq * n_q_tokens ...). The offsets are read here, so they must be
+// readable by the caller (host or device). Query i sits at position kv_len - q_len + i.
+KVFLASH_HD int64_t q_row_base(const int32_t* q_offsets, int32_t n_q_tokens, int64_t seq) {
+  return q_offsets != nullptr ? int64_t{q_offsets[seq]} : seq * n_q_tokens;
+}
+KVFLASH_HD int32_t q_len(const int32_t* q_offsets, int32_t n_q_tokens, int64_t seq) {
+  return q_offsets != nullptr ? q_offsets[seq + 1] - q_offsets[seq] : n_q_tokens;
+}
+// Packed query rows (tokens) of q / out / lse: q_offsets[n_seqs] when ragged, else
+// n_seqs * n_q_tokens. Host memory.
+int64_t q_total_rows(const AttentionProblem& p, const int32_t* q_offsets);
+
+// Host-memory checks of what validate(p, t) does not read: the ragged offsets (q_offsets[0] = 0,
+// non-decreasing, each step 0 .. n_q_tokens). Readers of host tensors (the reference, the CPU
+// backend, the C API) call it before reading; nothing to check without ragged_q.
+Status validate_q_offsets(const AttentionProblem& p, const int32_t* q_offsets);
 
 }  // namespace kvflash

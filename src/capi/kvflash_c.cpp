@@ -155,6 +155,7 @@ kvflash::Expected<kvflash::AttentionProblem> to_cpp(const kvflash_problem* c) {
   p.has_sinks = c->has_sinks != 0;
   p.has_alibi = c->has_alibi != 0;
   p.page_size = c->page_size;
+  p.ragged_q = c->ragged_q != 0;
   return p;
 }
 
@@ -176,6 +177,7 @@ kvflash_problem to_c(const kvflash::AttentionProblem& p) {
   c.has_sinks = p.has_sinks ? 1 : 0;
   c.has_alibi = p.has_alibi ? 1 : 0;
   c.page_size = p.page_size;
+  c.ragged_q = p.ragged_q ? 1 : 0;
   return c;
 }
 
@@ -204,6 +206,7 @@ kvflash::AttentionTensors to_cpp(const kvflash_tensors& c) {
   t.alibi_slopes = c.alibi_slopes;
   t.out = c.out;
   t.lse = c.lse;
+  t.q_offsets = c.q_offsets;
   return t;
 }
 
@@ -446,7 +449,10 @@ int kvflash_validate_tensors(const kvflash_problem* problem, const kvflash_tenso
     if (!p) return fail(p.error());
     if (tensors == nullptr) return fail_invalid("tensors is NULL");
     if (const kvflash::Status s = kvflash::validate(*p); !s) return fail(s.error());
-    const kvflash::Status s = kvflash::validate(*p, to_cpp(*tensors));
+    const kvflash::AttentionTensors t = to_cpp(*tensors);
+    if (const kvflash::Status s = kvflash::validate(*p, t); !s) return fail(s.error());
+    // C tensors are host memory: the offsets can be read here.
+    const kvflash::Status s = kvflash::validate_q_offsets(*p, t.q_offsets);
     return s ? kOk : fail(s.error());
   });
 }

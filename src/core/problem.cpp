@@ -75,6 +75,7 @@ std::string describe(const AttentionProblem& p) {
   if (p.has_mask) s += " mask";
   if (p.window > 0) s += fmt::format(" window={}", p.window);
   if (p.page_size > 0) s += fmt::format(" paged={}", p.page_size);
+  if (p.ragged_q) s += " ragged";
   if (p.softcap > 0.0f) s += fmt::format(" softcap={}", p.softcap);
   if (p.has_sinks) s += " sinks";
   if (p.has_alibi) s += " alibi";
@@ -171,6 +172,34 @@ Status validate(const AttentionProblem& p, const AttentionTensors& t) {
     return invalid_argument("problem.has_sinks is set but tensors.sinks is null");
   if (p.has_alibi && t.alibi_slopes == nullptr)
     return invalid_argument("problem.has_alibi is set but tensors.alibi_slopes is null");
+  if (p.ragged_q && t.q_offsets == nullptr)
+    return invalid_argument(
+        "problem.ragged_q is set but tensors.q_offsets is null (n_seqs + 1 int32 offsets)");
+  if (!p.ragged_q && t.q_offsets != nullptr)
+    return invalid_argument(
+        "tensors.q_offsets is set but problem.ragged_q is off (every sequence has n_q_tokens "
+        "queries)");
+  return {};
+}
+
+int64_t q_total_rows(const AttentionProblem& p, const int32_t* q_offsets) {
+  return q_row_base(p.ragged_q ? q_offsets : nullptr, p.n_q_tokens, p.n_seqs);
+}
+
+Status validate_q_offsets(const AttentionProblem& p, const int32_t* q_offsets) {
+  if (!p.ragged_q) return {};
+  if (q_offsets == nullptr)
+    return invalid_argument("problem.ragged_q is set but tensors.q_offsets is null");
+  if (q_offsets[0] != 0)
+    return invalid_argument(fmt::format("q_offsets[0] = {} must be 0", q_offsets[0]));
+  for (int64_t s = 0; s < p.n_seqs; ++s) {
+    const int64_t len = int64_t{q_offsets[s + 1]} - q_offsets[s];
+    if (len < 0 || len > p.n_q_tokens)
+      return invalid_argument(fmt::format(
+          "q_offsets[{}] - q_offsets[{}] = {} (sequence {}'s query count) is outside 0 .. "
+          "n_q_tokens = {}",
+          s + 1, s, len, s, p.n_q_tokens));
+  }
   return {};
 }
 

@@ -22,6 +22,8 @@ int kvflash_c_header_check(void) {
   p.head_dim.k = 128;
   p.head_dim.v = 128;
   p.kv_capacity = 64;
+  p.ragged_q = 0;
+  t.q_offsets = NULL;
   status = kvflash_validate_problem(&p);
   if (status != KVFLASH_OK) printf("%s: %s\n", kvflash_status_string(status), kvflash_last_error());
   status =

@@ -46,6 +46,11 @@ struct ParityCase {
   // every sequence's pages in a shuffled order, one table for K and V. Only CUDA kernels read
   // paged caches (the CPU kernels decline them, guard kv_layout): a CPU-only build skips them.
   int32_t page_size = 0;
+  // Ragged queries (problem.ragged_q, packed q / out / lse): non-empty, one query count per
+  // sequence (n_seqs of them, each 0 .. n_q_tokens), with each sequence's KV length in q_kv_lens
+  // (overriding ragged / empty_last; kv_len is their maximum). ragged_q_case() builds one.
+  std::vector<int32_t> q_lens;
+  std::vector<int64_t> q_kv_lens;
   double nmse_bound = kDefaultNmseBound;  // bound on the output NMSE against float64
 
   static constexpr double kDefaultNmseBound = 1e-5;
@@ -54,6 +59,12 @@ struct ParityCase {
 // e.g. "q1_h32x8_d128_k-q8_0_v-q4_0_kv4096_causal_win256".
 std::string case_name(const ParityCase& c);
 AttentionProblem to_problem(const ParityCase& c);
+
+// A ragged-query case: sequence s has q_lens[s] queries over kv_lens[s] tokens (n_seqs, n_q_tokens
+// and kv_len follow from them).
+ParityCase ragged_q_case(ParityCase base, std::vector<int32_t> q_lens, std::vector<int64_t> kv_lens);
+// The case's tensors.q_offsets: n_seqs + 1 prefix sums of q_lens; empty without ragged queries.
+std::vector<int32_t> q_offsets(const ParityCase& c);
 
 // Tokens held by each sequence. Ragged batches: the first sequence is full (kv_len), the middle
 // ones are shorter by uneven amounts, and the last holds max(1, n_q_tokens / 2) tokens, fewer than

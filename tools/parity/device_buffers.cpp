@@ -64,6 +64,7 @@ Expected<DeviceInputs> stage_inputs(const CaseInputs& in) {
   if (Status s = upload(in.sinks, d.sinks); !s) return s.error();
   if (Status s = upload(in.alibi, d.alibi); !s) return s.error();
   if (Status s = upload(in.page_table, d.page_table); !s) return s.error();
+  if (Status s = upload(in.q_offsets, d.q_offsets); !s) return s.error();
   Expected<DeviceGuardedBuffer> k = DeviceGuardedBuffer::mirror(in.k_data, nullptr);
   if (!k) return k.error();
   d.k = std::move(*k);
@@ -82,6 +83,7 @@ Expected<DeviceInputs> stage_inputs(const CaseInputs& in) {
   t.mask_stride = host.mask_stride;
   t.sinks = ptr_or_null<float>(d.sinks);
   t.alibi_slopes = ptr_or_null<float>(d.alibi);
+  t.q_offsets = ptr_or_null<int32_t>(d.q_offsets);
   return d;
 }
 

@@ -160,12 +160,13 @@ CaseInputs make_inputs(const ParityCase& c, uint64_t seed) {
   in.problem = to_problem(c);
   in.seed = seed;
   in.kv_lens = kv_lens(c);
-  in.pass_kv_lens = c.ragged || c.empty_last;
+  in.pass_kv_lens = c.ragged || c.empty_last || !c.q_kv_lens.empty();
+  in.q_offsets = q_offsets(c);
   const AttentionProblem& p = in.problem;
   auto stream = [seed](Stream s) { return Rng(seed + 0x1000193ull * s); };
 
   Rng q_rng = stream(kQ);
-  in.q.resize(static_cast<size_t>(p.n_seqs) * p.n_q_tokens * p.n_q_heads * p.head_dim.k);
+  in.q.resize(static_cast<size_t>(in.q_rows()) * p.n_q_heads * p.head_dim.k);
   for (float& x : in.q) x = q_rng.gaussish();
 
   int64_t n_pages = 0;
@@ -217,6 +218,7 @@ AttentionTensors CaseInputs::tensors() const {
   t.mask_stride = mask_stride;
   t.sinks = sinks.empty() ? nullptr : sinks.data();
   t.alibi_slopes = alibi.empty() ? nullptr : alibi.data();
+  t.q_offsets = offsets();
   return t;
 }
 

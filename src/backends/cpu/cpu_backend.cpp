@@ -80,6 +80,7 @@ Status run_cpu(const Plan& plan, const AttentionTensors& t, void* workspace, Ker
     if (t.kv_lens[s] < 0 || t.kv_lens[s] > p.kv_capacity)
       return invalid_argument(fmt::format("kv_lens[{}] = {} is outside 0 .. kv_capacity = {}", s,
                                           t.kv_lens[s], p.kv_capacity));
+  if (Status s = validate_q_offsets(p, t.q_offsets); !s) return s;
   if (workspace == nullptr && plan.workspace_bytes > 0)
     return invalid_argument("workspace is null but the plan needs workspace_bytes > 0");
 
@@ -99,12 +100,18 @@ Status run_cpu(const Plan& plan, const AttentionTensors& t, void* workspace, Ker
   // Query rows of KV head kvh for (seq, tile): zero-padded to the stored K width, rotated when K
   // is turbo, scaled; into dst (rows x dk_st floats). Head kvh's rows of a group start at
   // kvh * rows * dk_st.
+  // Tiles cover n_q_tokens per sequence; a ragged sequence's tiles past its query count are empty.
+  auto tile_len = [&](int64_t seq, int64_t tile) {
+    const int32_t i0 = static_cast<int32_t>(tile * S.tile_tokens);
+    return std::clamp(q_len(t.q_offsets, p.n_q_tokens, seq) - i0, 0, S.tile_tokens);
+  };
   auto prepare_q = [&](float* dst, int64_t seq, int64_t tile, int32_t kvh) {
     const int32_t i0 = static_cast<int32_t>(tile * S.tile_tokens);
-    const int32_t n_rows = std::min(S.tile_tokens, p.n_q_tokens - i0) * G;
+    const int32_t n_rows = tile_len(seq, tile) * G;
+    const int64_t q0 = q_row_base(t.q_offsets, p.n_q_tokens, seq);
     for (int32_t r = 0; r < n_rows; ++r) {
       const int64_t i = i0 + r / G, h = int64_t{kvh} * G + r % G;
-      const float* src = t.q + ((seq * p.n_q_tokens + i) * p.n_q_heads + h) * dk;
+      const float* src = t.q + ((q0 + i) * p.n_q_heads + h) * dk;
       float* row = dst + int64_t{r} * L.dk_st;
       std::copy(src, src + dk, row);
       std::fill(row + dk, row + L.dk_st, 0.0f);
@@ -134,8 +141,7 @@ Status run_cpu(const Plan& plan, const AttentionTensors& t, void* workspace, Ker
     const int64_t per = (len + S.n_splits - 1) / S.n_splits;
     const int64_t begin = std::min(len, split * per), end = std::min(len, begin + per);
     const int32_t i0 = static_cast<int32_t>(tile * S.tile_tokens);
-    const int32_t n_tok = std::min(S.tile_tokens, p.n_q_tokens - i0);
-    const int32_t n_rows = n_tok * G;
+    const int32_t n_rows = tile_len(seq, tile) * G;
 
     float* o = part_o + task * task_rows * L.dv_st;
     float* m = part_m + task * task_rows;
@@ -143,7 +149,7 @@ Status run_cpu(const Plan& plan, const AttentionTensors& t, void* workspace, Ker
     std::fill(o, o + task_rows * L.dv_st, 0.0f);
     std::fill(m, m + task_rows, state_empty_m<float>());
     std::fill(l, l + task_rows, 0.0f);
-    if (begin >= end) return;
+    if (begin >= end || n_rows == 0) return;
 
     // Query rows of every KV head: shared by the splits, or prepared here.
     float* q;
@@ -166,7 +172,7 @@ Status run_cpu(const Plan& plan, const AttentionTensors& t, void* workspace, Ker
     a.n_rows = n_rows;
     a.head_rows = rows;
     a.group = G;
-    a.q_pos0 = len - p.n_q_tokens + i0;
+    a.q_pos0 = len - q_len(t.q_offsets, p.n_q_tokens, seq) + i0;
     a.causal = p.causal;
     a.window = p.window;
     a.softcap = p.softcap;
@@ -196,7 +202,8 @@ Status run_cpu(const Plan& plan, const AttentionTensors& t, void* workspace, Ker
     const int64_t tile = g % S.n_tiles;
     const int64_t seq = g / S.n_tiles;
     const int32_t i0 = static_cast<int32_t>(tile * S.tile_tokens);
-    const int32_t n_rows = std::min(S.tile_tokens, p.n_q_tokens - i0) * G;
+    const int32_t n_rows = tile_len(seq, tile) * G;
+    const int64_t q0 = q_row_base(t.q_offsets, p.n_q_tokens, seq);
     auto* merged = reinterpret_cast<float*>(thread_mem(thread));
     auto* row_out = reinterpret_cast<float*>(thread_mem(thread) + L.q_bytes + L.scratch_bytes);
     const int64_t t0 = g * S.n_splits;  // first task of this group
@@ -207,7 +214,7 @@ Status run_cpu(const Plan& plan, const AttentionTensors& t, void* workspace, Ker
         merge_states<float>(S.n_splits, part_o + row * L.dv_st, task_rows * L.dv_st, part_m + row,
                             part_l + row, L.dv_st, merged, mm, ll, task_rows);
         const int64_t i = i0 + r / G, h = int64_t{kvh} * G + r % G;
-        const int64_t orow = (seq * p.n_q_tokens + i) * p.n_q_heads + h;
+        const int64_t orow = (q0 + i) * p.n_q_heads + h;
         const float sink = p.has_sinks ? t.sinks[h] : 0.0f;
         finalize_state<float>(merged, mm, ll, p.has_sinks, sink, L.dv_st, row_out,
                               t.lse ? t.lse + orow : nullptr);
