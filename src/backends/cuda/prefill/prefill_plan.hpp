@@ -107,10 +107,11 @@ struct SeqQueries {
 };
 KVFLASH_HD SeqQueries seq_queries(const int32_t* q_offsets, int32_t seq, int32_t n_seqs,
                                   int32_t n_q_tokens) {
-  if (q_offsets == nullptr) return {int64_t{seq} * n_q_tokens, n_q_tokens, true};
-  const int64_t a = q_offsets[seq], b = q_offsets[seq + 1];
-  const bool ok = a >= 0 && b >= a && b - a <= n_q_tokens && b <= int64_t{n_seqs} * n_q_tokens;
-  return {a, ok ? static_cast<int32_t>(b - a) : 0, ok};
+  const int64_t row0 = q_row_base(q_offsets, n_q_tokens, seq);  // problem.hpp: the layout
+  const int32_t len = q_len(q_offsets, n_q_tokens, seq);
+  const bool ok = row0 >= 0 && len >= 0 && len <= n_q_tokens &&
+                  row0 + len <= int64_t{n_seqs} * n_q_tokens;
+  return {row0, ok ? len : 0, ok};
 }
 
 // Whether a tile of keys [k0, k0 + kTileKeys) needs the per-score visibility test for rows whose
