@@ -107,6 +107,7 @@ struct SeqQueries {
 };
 KVFLASH_HD SeqQueries seq_queries(const int32_t* q_offsets, int32_t seq, int32_t n_seqs,
                                   int32_t n_q_tokens) {
+  if (q_offsets == nullptr) return {q_row_base(nullptr, n_q_tokens, seq), n_q_tokens, true};
   const int64_t row0 = q_row_base(q_offsets, n_q_tokens, seq);  // problem.hpp: the layout
   const int32_t len = q_len(q_offsets, n_q_tokens, seq);
   const bool ok = row0 >= 0 && len >= 0 && len <= n_q_tokens &&
