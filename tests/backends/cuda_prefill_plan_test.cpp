@@ -134,9 +134,9 @@ TEST(CudaPrefillKeys, RangeHoldsEveryVisibleKeyAndNoWholeTileOfHiddenOnes) {
                   prefill_key_range(len, 1000, n_q, group, causal, window, row0, row_end);
               const PrefillKeyRange want =
                   visible_keys(len, 1000, n_q, group, causal, window, row0, row_end);
-              SCOPED_TRACE(testing::Message() << "causal " << causal << " window " << window
-                                              << " group " << group << " n_q " << n_q << " len "
-                                              << len << " row0 " << row0);
+              SCOPED_TRACE(testing::Message()
+                           << "causal " << causal << " window " << window << " group " << group
+                           << " n_q " << n_q << " len " << len << " row0 " << row0);
               EXPECT_LE(got.lo, got.hi);
               if (want.lo > want.hi) continue;  // no row sees a key: any empty or masked range
               EXPECT_EQ(got.hi, want.hi);

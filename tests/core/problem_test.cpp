@@ -180,7 +180,8 @@ TEST(Problem, OffsetValidationNamesTheBrokenRule) {
   const int32_t too_long[] = {0, 1, 2, 11};
   const Status s = validate_q_offsets(p, too_long);
   EXPECT_EQ(s.error().code, ErrorCode::invalid_argument);
-  EXPECT_THAT(s.message(), HasSubstr("= 9 (sequence 2's query count) is outside 0 .. n_q_tokens = 8"));
+  EXPECT_THAT(s.message(),
+              HasSubstr("= 9 (sequence 2's query count) is outside 0 .. n_q_tokens = 8"));
   EXPECT_FALSE(validate_q_offsets(p, nullptr).ok());
   p.ragged_q = false;
   EXPECT_TRUE(validate_q_offsets(p, nullptr).ok());

@@ -97,8 +97,7 @@ TEST(BenchSweep, RaggedBatchRunsAndCountsItsOwnFlops) {
   // 64 + 0 + 40 * 41 / 2 visible pairs, 4 query heads, 2 * (128 + 128) flops each.
   EXPECT_DOUBLE_EQ(j[0]["flops"].get<double>(), (64.0 + 820.0) * 4 * 512);
   EXPECT_NEAR(j[0]["tflops"].get<double>(),
-              j[0]["flops"].get<double>() / (j[0]["us_median"].get<double>() * 1e-6) / 1e12,
-              1e-9);
+              j[0]["flops"].get<double>() / (j[0]["us_median"].get<double>() * 1e-6) / 1e12, 1e-9);
 }
 
 TEST(BenchSweep, CsvReadsBack) {

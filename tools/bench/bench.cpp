@@ -138,7 +138,8 @@ int run_bench(int argc, char** argv, std::ostream& out, std::ostream& err) {
   // A ragged batch is one point of its own: the -n / -d / -b sweep collapses to it.
   AttentionProblem ragged_shape;
   if (!o.ragged.empty()) apply_ragged(ragged_shape, o.ragged);
-  const std::vector<int32_t> batches = o.ragged.empty() ? o.batch : std::vector{ragged_shape.n_seqs};
+  const std::vector<int32_t> batches =
+      o.ragged.empty() ? o.batch : std::vector{ragged_shape.n_seqs};
   const std::vector<int32_t> n_qs = o.ragged.empty() ? o.n_q : std::vector{ragged_shape.n_q_tokens};
   const std::vector<int64_t> depths =
       o.ragged.empty() ? o.depths : std::vector{ragged_shape.kv_capacity};

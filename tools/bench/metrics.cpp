@@ -51,7 +51,8 @@ void apply_ragged(AttentionProblem& p, const RaggedBatch& b) {
 double attention_flops(const AttentionProblem& p, const RaggedBatch& b) {
   if (b.empty()) return attention_flops(p);
   double flops = 0;
-  for (size_t s = 0; s < b.q_lens.size(); ++s) flops += sequence_flops(p, b.q_lens[s], b.kv_lens[s]);
+  for (size_t s = 0; s < b.q_lens.size(); ++s)
+    flops += sequence_flops(p, b.q_lens[s], b.kv_lens[s]);
   return flops;
 }
 
@@ -64,8 +65,8 @@ double kv_bytes(const AttentionProblem& p, const RaggedBatch& b) {
 
 RaggedBatch issue39_batch() {
   return {{1, 1, 1, 1, 1, 1, 1, 1, 16, 64, 256, 512, 1024, 2048, 4096, 4096},
-          {1024, 2048, 4096, 8192, 16384, 32768, 32768, 16384, 2048, 4096, 8192, 16384, 32768,
-           8192, 4096, 32768}};
+          {1024, 2048, 4096, 8192, 16384, 32768, 32768, 16384, 2048, 4096, 8192, 16384, 32768, 8192,
+           4096, 32768}};
 }
 
 }  // namespace kvflash::bench

@@ -256,7 +256,8 @@ Expected<RaggedBatch> parse_ragged(std::string_view flag, const std::string& tex
     b.kv_lens.push_back(kv);
   }
   if (b.q_lens.empty() || b.q_lens.size() > size_t(SupportedSpace::max_seqs))
-    return usage_error(flag, text, fmt::format("expected 1 .. {} sequences", SupportedSpace::max_seqs));
+    return usage_error(flag, text,
+                       fmt::format("expected 1 .. {} sequences", SupportedSpace::max_seqs));
   return b;
 }
 

@@ -301,8 +301,8 @@ Expected<Timing> time_point(const AttentionProblem& p, const RunConfig& cfg,
   po.n_threads = cfg.threads;
   Expected<Plan> pl = plan(p, po);
   if (!pl) return pl.error();
-  Expected<Timing> t =
-      pl->kernel->backend == Backend::cuda ? time_point_cuda(*pl, cfg, rq) : time_point_cpu(*pl, cfg, rq);
+  Expected<Timing> t = pl->kernel->backend == Backend::cuda ? time_point_cuda(*pl, cfg, rq)
+                                                            : time_point_cpu(*pl, cfg, rq);
   if (t) t->splits = pl->n_splits;
   return t;
 }

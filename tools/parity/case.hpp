@@ -62,7 +62,8 @@ AttentionProblem to_problem(const ParityCase& c);
 
 // A ragged-query case: sequence s has q_lens[s] queries over kv_lens[s] tokens (n_seqs, n_q_tokens
 // and kv_len follow from them).
-ParityCase ragged_q_case(ParityCase base, std::vector<int32_t> q_lens, std::vector<int64_t> kv_lens);
+ParityCase ragged_q_case(ParityCase base, std::vector<int32_t> q_lens,
+                         std::vector<int64_t> kv_lens);
 // The case's tensors.q_offsets: n_seqs + 1 prefix sums of q_lens; empty without ragged queries.
 std::vector<int32_t> q_offsets(const ParityCase& c);
 

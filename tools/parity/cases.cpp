@@ -333,8 +333,7 @@ std::vector<ParityCase> prefill_cases() {
 
   // Ragged query counts deep in the context: chunks of 300 and 1000 queries beside decode tokens
   // and a free slot, more queries than keys (causal), every feature, paged.
-  const ParityCase deep_ragged =
-      ragged_q_case({}, {0, 1, 7, 300, 33}, {0, 8000, 5000, 8000, 40});
+  const ParityCase deep_ragged = ragged_q_case({}, {0, 1, 7, 300, 33}, {0, 8000, 5000, 8000, 40});
   const ParityCase wide_ragged = ragged_q_case({}, {1000, 1, 65, 0}, {1000, 2, 6000, 12});
   const ParityCase short_cache = ragged_q_case({}, {200, 1, 64}, {50, 100, 64});
   for (const ParityCase& c : {deep_ragged, wide_ragged, short_cache})

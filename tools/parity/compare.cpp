@@ -42,7 +42,8 @@ Comparison compare_output(const AttentionProblem& p, const int32_t* q_offsets, c
       row_nonzero = row_nonzero || o != 0.0f;
       if (!std::isfinite(o)) {
         if (c.non_finite++ == 0)
-          c.first_non_finite = fmt::format("out[{}, dim {}] = {}", row_label(p, q_offsets, r), d, o);
+          c.first_non_finite =
+              fmt::format("out[{}, dim {}] = {}", row_label(p, q_offsets, r), d, o);
         continue;
       }
       const double err = static_cast<double>(o) - e;
@@ -55,7 +56,8 @@ Comparison compare_output(const AttentionProblem& p, const int32_t* q_offsets, c
       // The reference is zero only for a query that sees no key and has no sink (problem.hpp):
       // the output must be exactly zero, not merely small.
       ++c.zero_rows;
-      if (row_nonzero && c.zero_rows_not_zero++ == 0) c.first_zero_row_not_zero = row_label(p, q_offsets, r);
+      if (row_nonzero && c.zero_rows_not_zero++ == 0)
+        c.first_zero_row_not_zero = row_label(p, q_offsets, r);
       continue;
     }
     const double row_nmse = row_err2 / row_ref2;

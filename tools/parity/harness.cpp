@@ -95,9 +95,9 @@ Reference compute_reference(const ParityCase& c, const CaseInputs& in) {
   const auto bad_out =
       std::find_if(ref.out.begin(), ref.out.end(), [](double x) { return !std::isfinite(x); });
   if (bad_out != ref.out.end())
-    ref.error = fmt::format("reference_attention: out[{}] = {}",
-                            row_label(p, off, (bad_out - ref.out.begin()) / p.head_dim.v),
-                            *bad_out);
+    ref.error =
+        fmt::format("reference_attention: out[{}] = {}",
+                    row_label(p, off, (bad_out - ref.out.begin()) / p.head_dim.v), *bad_out);
   ref.lse.assign(lse.as<float>(), lse.as<float>() + rows);
   for (int64_t r = 0; r < rows && ref.error.empty(); ++r)
     if (const float x = ref.lse[static_cast<size_t>(r)]; std::isnan(x) || x == INFINITY)

@@ -41,7 +41,7 @@ struct CaseInputs {
   AttentionProblem problem;
   uint64_t seed = 0;
   std::vector<int64_t> kv_lens;
-  bool pass_kv_lens = false;  // false: tensors().kv_lens is nullptr (every sequence is full)
+  bool pass_kv_lens = false;       // false: tensors().kv_lens is nullptr (every sequence is full)
   std::vector<int32_t> q_offsets;  // ragged queries: tensors().q_offsets (else empty, nullptr)
   std::vector<float> q;  // (total rows, n_q_heads, head_dim.k): q_total_rows (problem.hpp)
   GuardedBuffer k_data;

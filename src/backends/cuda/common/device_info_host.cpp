@@ -45,9 +45,10 @@ std::optional<std::string> reject_arch(const AttentionProblem&) {
     return 10 * major + minor;
   }();
   if (cc >= 90) return std::nullopt;
-  return fmt::format("the current device is sm_{}; kvflash's CUDA kernels need sm_90 (Hopper) or "
-                     "newer",
-                     cc);
+  return fmt::format(
+      "the current device is sm_{}; kvflash's CUDA kernels need sm_90 (Hopper) or "
+      "newer",
+      cc);
 }
 
 }  // namespace kvflash::cuda

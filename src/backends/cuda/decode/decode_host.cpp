@@ -327,12 +327,9 @@ void register_decode(std::vector<KernelCandidate>& out) {
   c.backend = Backend::cuda;
   c.priority = 300;
   c.opt_in_only = false;
-  c.guards = {{"cuda_device", reject_no_device},
-              {"compute_capability", reject_arch},
-              {"kv_types", reject_pair_not_built},
-              {"decode_q_tokens", reject_q_tokens},
-              {"ragged_q", reject_ragged},
-              {"grid", reject_grid},
+  c.guards = {{"cuda_device", reject_no_device},   {"compute_capability", reject_arch},
+              {"kv_types", reject_pair_not_built}, {"decode_q_tokens", reject_q_tokens},
+              {"ragged_q", reject_ragged},         {"grid", reject_grid},
               {"shared_memory", reject_smem}};
   c.make_plan = plan_decode;
   c.check_tensors = check_decode_tensors;

@@ -37,9 +37,10 @@ std::optional<std::string> reject_q_tokens(const AttentionProblem& p) {
 std::optional<std::string> reject_head_dim(const AttentionProblem& p) {
   const PrefillLayout l = prefill_layout(p);
   if (l.dkc <= kMaxPrefillHeadDim && l.dvc <= kMaxPrefillHeadDim) return std::nullopt;
-  return fmt::format("head dims {}/{} are above {} (cuda.prefill serves 64..256 so far; the CPU "
-                     "backend serves 512 and 576/512)",
-                     p.head_dim.k, p.head_dim.v, kMaxPrefillHeadDim);
+  return fmt::format(
+      "head dims {}/{} are above {} (cuda.prefill serves 64..256 so far; the CPU "
+      "backend serves 512 and 576/512)",
+      p.head_dim.k, p.head_dim.v, kMaxPrefillHeadDim);
 }
 
 std::optional<std::string> reject_grid(const AttentionProblem& p) {
@@ -190,8 +191,8 @@ Status run_prefill(const Plan& plan, const AttentionTensors& t, void*, void* str
   d.lse = t.lse;
   d.mask_stride = t.mask_stride;
   d.q_vec4 = reinterpret_cast<uintptr_t>(t.q) % 16 == 0;
-  d.k = tile_copy(t.k, *decode::copy_mode("k", t.k, p.k_type, l.k_row_bytes, slot_of(l, true), p),
-                  p);
+  d.k =
+      tile_copy(t.k, *decode::copy_mode("k", t.k, p.k_type, l.k_row_bytes, slot_of(l, true), p), p);
   d.v = tile_copy(t.v, *decode::copy_mode("v", t.v, p.v_type, l.v_row_bytes, slot_of(l, false), p),
                   p);
   auto stream = static_cast<cudaStream_t>(stream_ptr);

@@ -2,12 +2,12 @@
 //
 // Query rows are (token, head of the GQA group) pairs, token-major as in decode, so every K/V
 // tile a CTA loads serves all heads of the group. Each of the 8 warps owns m_tiles() blocks of
-// 16 rows (256 rows per CTA where both head dims are at most 128, else 128). The CTA streams the keys its rows may
-// see (prefill_key_range) in tiles of 64 through two shared-memory stages (cp.async; the next
-// tile loads while this one computes). f16 / bf16 rows land as the MMA operand tile itself;
-// quantized rows land raw and are decoded, tile by tile, into one f16 operand tile with
-// decode's fragment decoders (common/kv_frags.hpp: k_frag_quant, k_frag_turbo, put in dim order
-// by k_frag_dim_words; f32 rows are converted on load), so no whole-window temporary exists.
+// 16 rows (256 rows per CTA where both head dims are at most 128, else 128). The CTA streams the
+// keys its rows may see (prefill_key_range) in tiles of 64 through two shared-memory stages
+// (cp.async; the next tile loads while this one computes). f16 / bf16 rows land as the MMA operand
+// tile itself; quantized rows land raw and are decoded, tile by tile, into one f16 operand tile
+// with decode's fragment decoders (common/kv_frags.hpp: k_frag_quant, k_frag_turbo, put in dim
+// order by k_frag_dim_words; f32 rows are converted on load), so no whole-window temporary exists.
 // Both products run on tensor cores (mma.m16n8k16, f32 accumulation; operands by ldmatrix, each
 // K/V operand feeding all of a warp's M tiles): S = Q.K^T, then P.V with P taken from S's
 // registers. The softmax is online in base 2 with the state rule of kvflash/state.hpp (state_ref:
@@ -136,8 +136,8 @@ __device__ __forceinline__ void decode_tile(const uint8_t* raw, const uint8_t* l
     // K's and V's (16 registers) live through the whole tile loop.
     TurboLut<T> tlut;
     if constexpr (is_rotated(T)) tlut = lut_smem;
-    // One item at a time: the accumulators of two M tiles are live around this loop, and an
-    // unrolled one spilled them.
+      // One item at a time: the accumulators of two M tiles are live around this loop, and an
+      // unrolled one spilled them.
 #pragma unroll 1
     for (int i = tid; i < total; i += kThreads) {
       const int r = fdiv(i, div_items), bt = i - r * per_row, b = bt >> 2, t = bt & 3;
@@ -206,9 +206,8 @@ __device__ __noinline__ void stage_q_rotated(const PrefillParams& p, const Prefi
 // Q's rows of the CTA (kRows of them) into the operand tile (16-bit, K's MMA type), zero past
 // the rows and dims; for turbo K rotated (stage_q_rotated).
 template <KvType KT, int kRows>
-__device__ __forceinline__ void stage_q(const PrefillParams& p, const PrefillCta& cta,
-                                        uint8_t* sq, float* scratch, const uint32_t* sign_words,
-                                        int tid) {
+__device__ __forceinline__ void stage_q(const PrefillParams& p, const PrefillCta& cta, uint8_t* sq,
+                                        float* scratch, const uint32_t* sign_words, int tid) {
   constexpr bool kBf16 = KT == KvType::bf16;
   if constexpr (is_rotated(KT)) {
     stage_q_rotated<kRows>(p, cta, sq, scratch, sign_words, tid);
@@ -277,8 +276,7 @@ __device__ __forceinline__ void score_tile(const PrefillParams& p, const Prefill
   for (int r = 0; r < 2; ++r) {
     const int row = min(row_g + 8 * r, cta.row_end - 1), tok = fdiv(row, p.div_group);
     const int64_t pq = cta.first_q + tok;
-    const float slope =
-        p.has_alibi ? p.alibi[cta.kvh * p.group + row - tok * p.group] : 0.0f;
+    const float slope = p.has_alibi ? p.alibi[cta.kvh * p.group + row - tok * p.group] : 0.0f;
     const float* mask =
         p.has_mask ? p.mask + (int64_t{cta.seq} * p.n_q_tokens + tok) * p.mask_stride : nullptr;
 #pragma unroll
@@ -376,10 +374,11 @@ __device__ __forceinline__ void pv_tile(float (&o)[kMT][kVt][4], const uint4 (&p
 // DVB: the instance's V dims (128 or 256), the accumulators' size; the head dims themselves are
 // parameters. Each warp owns kMT = m_tiles(DVB) M tiles of 16 rows.
 template <KvType KT, KvType VT, int DVB>
-__global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_constant__ PrefillParams p) {
+__global__ void __launch_bounds__(kThreads, 1)
+    prefill_kernel(const __grid_constant__ PrefillParams p) {
   constexpr TileMode kModeK = tile_mode(KT), kModeV = tile_mode(VT);
   constexpr bool kBf16K = KT == KvType::bf16, kBf16V = VT == KvType::bf16;
-  constexpr int kVt = DVB / 8;  // n-tiles of 8 V dims
+  constexpr int kVt = DVB / 8;       // n-tiles of 8 V dims
   constexpr int kMT = m_tiles(DVB);  // M tiles per warp
   constexpr int kRows = block_rows(DVB), kWarpRows = 16 * kMT;
 
@@ -484,8 +483,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
 #pragma unroll
     for (int m = 0; m < kMT; ++m) {
       float s[1][8][4];
-      qk_tile<kBf16K, 1>(s, sq_addr + m * 16 * p.q_stride, smem_addr(sk), p.q_stride,
-                         p.k_op_stride, p.dkc, lane);
+      qk_tile<kBf16K, 1>(s, sq_addr + m * 16 * p.q_stride, smem_addr(sk), p.q_stride, p.k_op_stride,
+                         p.dkc, lane);
       score_tile(p, cta, s[0], row_g + 16 * m, k0, masked, t);
       softmax_tile<kVt>(s[0], mx[m], l[m], o[m]);
       pack_p<kBf16V>(pa[m], s[0]);
@@ -518,8 +517,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const __grid_const
               make_float2(o[m][d][2 * r] * fin.scale, o[m][d][2 * r + 1] * fin.scale);
       }
       if (t == 0 && valid && p.lse != nullptr)
-        p.lse[(cta.q_row0 + tok) * p.n_q_heads + qh] =
-            bad ? __int_as_float(0x7fc00000) : fin.lse;
+        p.lse[(cta.q_row0 + tok) * p.n_q_heads + qh] = bad ? __int_as_float(0x7fc00000) : fin.lse;
     }
   }
   __syncwarp();

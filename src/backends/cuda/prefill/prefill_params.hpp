@@ -14,7 +14,7 @@ namespace kvflash::cuda::prefill {
 // rows); the row's data sits `lead` bytes into its slot.
 struct TileCopy {
   const uint8_t* base;
-  const int32_t* pages;  // paged layout: the sequences' page tables (pps entries each)
+  const int32_t* pages;    // paged layout: the sequences' page tables (pps entries each)
   int64_t st, sh, ss, sp;  // strides: token, head, sequence (contiguous), page (paged)
   int32_t pps, n_pages;
   int32_t unit, units, lead_mask;

@@ -56,7 +56,7 @@ struct PrefillLayout {
   int32_t dv_bucket = 128;   // the kernel instance (dims_bucket): its accumulators' V dims
   int32_t k_row_bytes = 0, v_row_bytes = 0;
   TileMode k_mode = TileMode::direct, v_mode = TileMode::direct;
-  int32_t q_stride = 0;            // bytes per row of the Q operand tile
+  int32_t q_stride = 0;                      // bytes per row of the Q operand tile
   int32_t k_op_stride = 0, v_op_stride = 0;  // bytes per row of the K / V operand tiles
   int32_t k_slot = 0, v_slot = 0;  // bytes per raw row (raw tensors): the row and its lead
   int32_t block_rows = 0;          // query rows per CTA (block_rows(dv_bucket))
@@ -64,10 +64,10 @@ struct PrefillLayout {
   int32_t k_stage_off = 0, v_stage_off = 0, stage_bytes = 0;  // stage s at off + s * stage_bytes
   int32_t k_lead_off = 0, v_lead_off = 0;  // per stage: one lead byte per raw row (raw)
   int32_t k_dec_off = 0, v_dec_off = 0;    // the decoded operand tiles (raw, convert)
-  int32_t scratch_off = 0;         // turbo K: one 128-float group per warp for Q's rotation
-  int32_t out_stride = 0;          // floats per row of the epilogue's output staging
+  int32_t scratch_off = 0;                 // turbo K: one 128-float group per warp for Q's rotation
+  int32_t out_stride = 0;                  // floats per row of the epilogue's output staging
   size_t smem_main = 0, smem_epilogue = 0, smem_total = 0;
-  int32_t n_row_blocks = 0;        // CTAs per (sequence, KV head)
+  int32_t n_row_blocks = 0;  // CTAs per (sequence, KV head)
 };
 
 // Dims the prefill kernel computes over: float types their own (every supported head dim is a
@@ -110,8 +110,8 @@ KVFLASH_HD SeqQueries seq_queries(const int32_t* q_offsets, int32_t seq, int32_t
   if (q_offsets == nullptr) return {q_row_base(nullptr, n_q_tokens, seq), n_q_tokens, true};
   const int64_t row0 = q_row_base(q_offsets, n_q_tokens, seq);  // problem.hpp: the layout
   const int32_t len = q_len(q_offsets, n_q_tokens, seq);
-  const bool ok = row0 >= 0 && len >= 0 && len <= n_q_tokens &&
-                  row0 + len <= int64_t{n_seqs} * n_q_tokens;
+  const bool ok =
+      row0 >= 0 && len >= 0 && len <= n_q_tokens && row0 + len <= int64_t{n_seqs} * n_q_tokens;
   return {row0, ok ? len : 0, ok};
 }
 
