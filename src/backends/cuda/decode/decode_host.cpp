@@ -221,16 +221,9 @@ Status check_decode_tensors(const Plan& plan, const AttentionTensors& t) {
   const AttentionProblem& p = plan.problem;
   if (dynamic_cast<const DecodePlan*>(plan.detail.get()) == nullptr)
     return invalid_argument("plan.detail holds no cuda.decode plan: make the plan with plan()");
-  if (t.kv_lens == nullptr)
-    return invalid_argument(
-        "cuda.decode reads the lengths on the device: tensors.kv_lens must be "
-        "a device array of n_seqs int64 values");
   const DecodeLayout& l = decode_plan_of(plan).layout;
-  Expected<CopyMode> ku = copy_mode("k", t.k, p.k_type, l.k_row_bytes, l.sk_stride, p);
-  if (!ku) return invalid_argument(ku.error().message);
-  Expected<CopyMode> vu = copy_mode("v", t.v, p.v_type, l.v_row_bytes, l.sv_stride, p);
-  if (!vu) return invalid_argument(vu.error().message);
-  return {};
+  return check_device_tensors("cuda.decode", p, t, l.k_row_bytes, l.sk_stride, l.v_row_bytes,
+                              l.sv_stride);
 }
 
 // The tensors passed check_decode_tensors (run() validates first): pointers, strides, copy modes

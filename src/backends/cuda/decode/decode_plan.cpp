@@ -220,6 +220,21 @@ Expected<CopyMode> copy_mode(const char* which, const KvTensor& kv, KvType type,
                   which, addr, kv.stride_token, kv.stride_head, kv.stride_seq)};
 }
 
+Status check_device_tensors(const char* family, const AttentionProblem& p,
+                            const AttentionTensors& t, int32_t k_row_bytes, int32_t k_slot,
+                            int32_t v_row_bytes, int32_t v_slot) {
+  if (t.kv_lens == nullptr)
+    return invalid_argument(fmt::format(
+        "{} reads the lengths on the device: tensors.kv_lens must be a device array of n_seqs "
+        "int64 values",
+        family));
+  Expected<CopyMode> ku = copy_mode("k", t.k, p.k_type, k_row_bytes, k_slot, p);
+  if (!ku) return invalid_argument(ku.error().message);
+  Expected<CopyMode> vu = copy_mode("v", t.v, p.v_type, v_row_bytes, v_slot, p);
+  if (!vu) return invalid_argument(vu.error().message);
+  return {};
+}
+
 std::optional<TmaTileView> tma_tile_view(const KvTensor& kv, KvType type, int32_t row_bytes,
                                          int32_t slot, const AttentionProblem& p) {
   if (p.page_size > 0 || !tma_copyable(type) || slot > 256) return std::nullopt;

@@ -74,11 +74,12 @@ def pair_instances(k, v, extern=False):
     return lines
 
 
-def instance_file(rel, comment, body):
+def instance_file(rel, comment, body, family="decode", header="decode/decode_launch.cuh"):
+    """One generated .cu: the banner and comment, the family's kernel header, the instances."""
+    ns = f"kvflash::cuda::{family}"
     lines = [f"{BANNER}: {comment[0]}"] + [f"// {c}" for c in comment[1:]] + [
-             '#include "backends/cuda/decode/decode_launch.cuh"', "", "// clang-format off",
-             "namespace kvflash::cuda::decode {"] + body + [
-             "}  // namespace kvflash::cuda::decode", "// clang-format on", ""]
+             f'#include "backends/cuda/{header}"', "", "// clang-format off",
+             f"namespace {ns} {{"] + body + [f"}}  // namespace {ns}", "// clang-format on", ""]
     return rel, "\n".join(lines)
 
 
@@ -156,11 +157,7 @@ def prefill_inst(k, v, extern=False):
 
 
 def prefill_file(rel, comment, body):
-    lines = [f"{BANNER}: {comment[0]}"] + [f"// {c}" for c in comment[1:]] + [
-             '#include "backends/cuda/prefill/prefill_kernel.cuh"', "", "// clang-format off",
-             "namespace kvflash::cuda::prefill {"] + body + [
-             "}  // namespace kvflash::cuda::prefill", "// clang-format on", ""]
-    return rel, "\n".join(lines)
+    return instance_file(rel, comment, body, "prefill", "prefill/prefill_kernel.cuh")
 
 
 def prefill_files():

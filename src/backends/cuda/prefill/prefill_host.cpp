@@ -135,26 +135,15 @@ int32_t slot_of(const PrefillLayout& l, bool k) {
   return l.v_mode == TileMode::raw ? l.v_slot : l.v_op_stride;
 }
 
-// cuda.prefill's requirements on the tensors: lengths on the device, and K / V layouts its tile
-// copies can read (decode's copy_mode, the same rules).
+// cuda.prefill's requirements on the tensors: decode's (check_device_tensors) for its slots.
+// (ragged_q without q_offsets is validate(problem, tensors)'s to refuse.)
 Status check_prefill_tensors(const Plan& plan, const AttentionTensors& t) {
   const AttentionProblem& p = plan.problem;
   if (dynamic_cast<const PrefillPlan*>(plan.detail.get()) == nullptr)
     return invalid_argument("plan.detail holds no cuda.prefill plan: make the plan with plan()");
-  if (t.kv_lens == nullptr)
-    return invalid_argument(
-        "cuda.prefill reads the lengths on the device: tensors.kv_lens must be "
-        "a device array of n_seqs int64 values");
-  if (p.ragged_q && t.q_offsets == nullptr)
-    return invalid_argument("problem.ragged_q is set but tensors.q_offsets is null");
   const PrefillLayout& l = prefill_plan_of(plan).layout;
-  Expected<decode::CopyMode> ku =
-      decode::copy_mode("k", t.k, p.k_type, l.k_row_bytes, slot_of(l, true), p);
-  if (!ku) return invalid_argument(ku.error().message);
-  Expected<decode::CopyMode> vu =
-      decode::copy_mode("v", t.v, p.v_type, l.v_row_bytes, slot_of(l, false), p);
-  if (!vu) return invalid_argument(vu.error().message);
-  return {};
+  return decode::check_device_tensors("cuda.prefill", p, t, l.k_row_bytes, slot_of(l, true),
+                                      l.v_row_bytes, slot_of(l, false));
 }
 
 TileCopy tile_copy(const KvTensor& kv, const decode::CopyMode& m, const AttentionProblem& p) {
