@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvflash/parallel.hpp"
 #include "kvflash/problem.hpp"
 #include "kvflash/status.hpp"
 
@@ -77,14 +78,26 @@ Expected<const KernelCandidate*> select_kernel(const AttentionProblem& p,
 // workspace for the problem's kv_capacity; run() allocates nothing and makes no synchronizing call.
 struct PlanOptions {
   SelectOptions select;
-  int32_t n_threads = 0;  // CPU threads, 0 = all hardware threads
+  // CPU threads: 0 = all the parallel-for offers (the hardware threads for the process-wide pool),
+  // else at most that many. The workspace holds one scratch area per thread.
+  int32_t n_threads = 0;
+  // CPU: where the kernels' loops run, e.g. the engine's own threads or a kvflash::ThreadPool
+  // (pool.as_parallel_for()); it must outlive the plan. Unset: ThreadPool::process(), shared by
+  // every caller of the process (their calls are served one after the other).
+  ParallelFor parallel_for;
+  // CPU, process-wide pool: microseconds its workers keep spinning after each loop before they
+  // sleep, so that a call following within that time starts at once (a decode loop); 0 = sleep at
+  // once. A ThreadPool given as parallel_for spins by its own setting.
+  int32_t spin_us = 0;
 };
 
 struct Plan {
   AttentionProblem problem;
   const KernelCandidate* kernel = nullptr;
   int32_t n_threads = 1;
-  int32_t n_splits = 1;  // KV splits per (sequence, KV head)
+  ParallelFor parallel_for;  // CPU: PlanOptions::parallel_for (unset: the process-wide pool)
+  int32_t spin_us = 0;       // CPU: PlanOptions::spin_us
+  int32_t n_splits = 1;      // KV splits per (sequence, KV head)
   size_t workspace_bytes = 0;
   std::shared_ptr<const BackendPlan> detail;  // the backend's own decisions (may be null)
 };

@@ -9,10 +9,11 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <type_traits>
 
 #include "backends/cpu/attend_kernel.hpp"
 #include "backends/cpu/cpu_schedule.hpp"
-#include "backends/cpu/thread_pool.hpp"
+#include "kvflash/parallel.hpp"
 #include "kvflash/reference.hpp"
 #include "kvflash/state.hpp"
 
@@ -74,6 +75,21 @@ const uint8_t* kv_at(const KvTensor& kv, int64_t seq, int64_t head) {
 
 using KernelFn = void (*)(const AttendParams&);
 
+// Runs f(task, thread) for task in [0, n_tasks) on the plan's parallel-for (the process-wide pool
+// when the caller gave none), thread < plan.n_threads.
+template <class F>
+void parallel_for(const Plan& plan, int64_t n_tasks, F&& f) {
+  using Fn = std::remove_reference_t<F>;
+  const ParallelTask task = [](void* ctx, int64_t i, int32_t thread) {
+    (*static_cast<Fn*>(ctx))(i, thread);
+  };
+  void* ctx = const_cast<void*>(static_cast<const void*>(&f));
+  if (plan.parallel_for)
+    plan.parallel_for.run(plan.parallel_for.user, n_tasks, plan.n_threads, task, ctx);
+  else
+    ThreadPool::process().parallel_for(n_tasks, plan.n_threads, task, ctx, plan.spin_us);
+}
+
 Status run_cpu(const Plan& plan, const AttentionTensors& t, void* workspace, KernelFn kernel) {
   const AttentionProblem& p = plan.problem;  // the tensors passed validate(plan, t) in run()
   for (int64_t s = 0; t.kv_lens && s < p.n_seqs; ++s)
@@ -124,7 +140,7 @@ Status run_cpu(const Plan& plan, const AttentionTensors& t, void* workspace, Ker
     // One item per (sequence, tile, KV head): 32 splits no longer rotate the same rows 32 times
     // (turbo at 8K: 14% of the call).
     const int64_t n_items = S.n_tasks / S.n_splits * p.n_kv_heads;
-    ThreadPool::global().parallel_for(n_items, plan.n_threads, [&](int64_t item, int32_t) {
+    parallel_for(plan, n_items, [&](int64_t item, int32_t) {
       const auto kvh = static_cast<int32_t>(item % p.n_kv_heads);
       const int64_t g = item / p.n_kv_heads;
       prepare_q(shared_q + (g * task_rows + int64_t{kvh} * rows) * L.dk_st, g / S.n_tiles,
@@ -133,7 +149,7 @@ Status run_cpu(const Plan& plan, const AttentionTensors& t, void* workspace, Ker
   }
 
   // Task index = (seq * n_tiles + tile) * n_splits + split; a task covers every KV head.
-  ThreadPool::global().parallel_for(S.n_tasks, plan.n_threads, [&](int64_t task, int32_t thread) {
+  parallel_for(plan, S.n_tasks, [&](int64_t task, int32_t thread) {
     const int64_t split = task % S.n_splits;
     const int64_t tile = task / S.n_splits % S.n_tiles;
     const int64_t seq = task / S.n_splits / S.n_tiles;
@@ -198,7 +214,7 @@ Status run_cpu(const Plan& plan, const AttentionTensors& t, void* workspace, Ker
 
   // Merge the splits of each (sequence, tile) and finalize every row of every KV head.
   const int64_t n_groups = S.n_tasks / S.n_splits;
-  ThreadPool::global().parallel_for(n_groups, plan.n_threads, [&](int64_t g, int32_t thread) {
+  parallel_for(plan, n_groups, [&](int64_t g, int32_t thread) {
     const int64_t tile = g % S.n_tiles;
     const int64_t seq = g / S.n_tiles;
     const int32_t i0 = static_cast<int32_t>(tile * S.tile_tokens);
@@ -333,7 +349,7 @@ const BackendEntry& backend_entry() {
   static constexpr BackendEntry entry{
       .id = Backend::cpu,
       .register_kernels = register_kernels,
-      .host_threads = [] { return ThreadPool::global().size(); },
+      .host_threads = [] { return ThreadPool::process().size(); },
       .device = nullptr,
   };
   return entry;
