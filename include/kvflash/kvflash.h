@@ -204,8 +204,9 @@ KVFLASH_API int kvflash_kv_tensor_contiguous(const void* data, kvflash_type type
                                              int32_t n_kv_heads, int64_t capacity,
                                              kvflash_kv_tensor* tensor);
 
-/* The buffers of one call, mirroring kvflash::AttentionTensors. Host memory for
- * kvflash_attention. Optional pointers are NULL when unused. */
+/* The buffers of one call, mirroring kvflash::AttentionTensors. Host memory for CPU plans and
+ * kvflash_attention, device memory for CUDA plans (kvflash_plan_backend). Optional pointers are
+ * NULL when unused. */
 typedef struct kvflash_tensors {
   const float* q;            /* (n_seqs, n_q_tokens, n_q_heads, head_dim.k) */
   kvflash_kv_tensor k;       /* head_dim.k values per row, type k_type */
@@ -243,9 +244,22 @@ typedef enum kvflash_backend {
   KVFLASH_BACKEND_MAX_ENUM = 0x7FFFFFFF /* not a backend: makes the enum a 32-bit int */
 } kvflash_backend;
 
+/* One task of a CPU loop (see kvflash_parallel_for_fn). */
+typedef void (*kvflash_task_fn)(void* task_ctx, int64_t task, int32_t thread);
+
+/* A caller's parallel-for, on which the CPU kernels run their loops (an engine's own threads).
+ * It must call task(task_ctx, i, thread) once for every i in [0, n_tasks), with
+ * 0 <= thread < n_threads and no two tasks running at the same time with the same thread value,
+ * and return only when every task has returned; running them all on the calling thread in any
+ * order is correct. Tasks never block on each other. Called from the thread that called
+ * kvflash_run / kvflash_attention, a few times per call. */
+typedef void (*kvflash_parallel_for_fn)(void* user, int64_t n_tasks, int32_t n_threads,
+                                        kvflash_task_fn task, void* task_ctx);
+
 /* How a kernel is chosen and run. All-zero ({0}) is the default: any backend, no forced or
- * excluded kernel, all hardware threads, KVFLASH_* environment variables honoured (see
- * kvflash/registry.hpp: KVFLASH_FORCE_KERNEL, KVFLASH_EXCLUDE_KERNELS, KVFLASH_LOG_DISPATCH). */
+ * excluded kernel, all hardware threads of the process-wide pool, no spin, KVFLASH_* environment
+ * variables honoured (see kvflash/registry.hpp: KVFLASH_FORCE_KERNEL, KVFLASH_EXCLUDE_KERNELS,
+ * KVFLASH_LOG_DISPATCH). */
 typedef struct kvflash_options {
   kvflash_backend backend;  /* which backend's kernels may be selected */
   const char* force_kernel; /* select this kernel by name (e.g. "cpu.decode.portable"); its guards
@@ -253,19 +267,29 @@ typedef struct kvflash_options {
   const char* exclude_kernels; /* comma-separated kernel names never to select, e.g.
                                   "cpu.decode.avx512,cpu.prefill.avx512"; blanks around names are
                                   ignored. NULL or "" = none */
-  int32_t n_threads;           /* CPU threads, 0 = all hardware threads */
+  int32_t n_threads;           /* CPU threads, 0 = every thread the parallel-for offers (the
+                                  hardware threads for the process-wide pool), else at most that */
   int32_t ignore_environment;  /* nonzero: ignore the KVFLASH_* environment variables */
+  /* CPU: run the kernels' loops on this parallel-for (NULL: kvflash's process-wide pool, whose
+   * callers are served one after the other). parallel_for_user is passed to it as `user`;
+   * parallel_for_threads is the number of thread slots it offers (>= 1 when parallel_for is set).
+   * Both must stay valid while a plan made with these options is used. */
+  kvflash_parallel_for_fn parallel_for;
+  void* parallel_for_user;
+  int32_t parallel_for_threads;
+  /* CPU, process-wide pool: microseconds its workers spin after each loop before sleeping, so that
+   * a call that follows at once starts without waking them (decode loops); 0 = sleep at once. */
+  int32_t spin_us;
 } kvflash_options;
 
 /* The all-zero default options. */
 KVFLASH_API kvflash_options kvflash_options_default(void);
 
-/* Attention on host buffers: validates, selects a kernel of the CPU backend (backend AUTO or
- * CPU), sizes and allocates its workspace, runs it and frees the workspace; writes out (and lse).
- * Same result, bit for bit, as kvflash::attention with the same options and backend cpu. options
- * may be NULL.
- * KVFLASH_BACKEND_CUDA fails with KVFLASH_ERROR_UNSUPPORTED (device buffers need the C++
- * plan/run API). */
+/* Attention on host buffers in one call: validates, selects a kernel of the CPU backend (backend
+ * AUTO or CPU), sizes and allocates its workspace, runs it and frees the workspace; writes out
+ * (and lse). Same result, bit for bit, as kvflash::attention with the same options and backend
+ * cpu. options may be NULL. For repeated calls, device buffers (KVFLASH_BACKEND_CUDA fails here
+ * with KVFLASH_ERROR_UNSUPPORTED) or graph capture, use kvflash_plan_create / kvflash_run. */
 KVFLASH_API int kvflash_attention(const kvflash_problem* problem, const kvflash_tensors* tensors,
                                   const kvflash_options* options);
 
@@ -278,6 +302,145 @@ KVFLASH_API int kvflash_attention(const kvflash_problem* problem, const kvflash_
 KVFLASH_API int kvflash_select_kernel(const kvflash_problem* problem,
                                       const kvflash_options* options, char* name,
                                       size_t name_capacity);
+
+/* ---- Plan and run: the engine's path (host or device buffers, graph-safe) ------------------ *
+ *
+ * kvflash_plan_create selects the kernel for a problem and sizes its workspace, once; kvflash_run
+ * then only checks pointers and strides and runs (CPU) or enqueues (CUDA) the kernel: it
+ * allocates nothing, makes no synchronizing call and reads no device memory on the host, so a
+ * CUDA stream running it may be captured into a CUDA graph and replayed (the device KV lengths
+ * may grow between replays up to kv_capacity). A plan is immutable: any number of threads may run
+ * it at once, each with its own workspace (CPU plans on one parallel-for are served one after the
+ * other by kvflash's pool).
+ *
+ *   kvflash_problem p = kvflash_problem_default();   ... set shape, types, kv_capacity
+ *   kvflash_plan* plan;
+ *   if (kvflash_plan_create(&p, NULL, &plan) != KVFLASH_OK) puts(kvflash_last_error());
+ *   workspace = allocate kvflash_plan_workspace_size(plan) bytes in the plan's memory
+ *   per step:  kvflash_run(plan, &tensors, workspace, stream);
+ *   kvflash_plan_destroy(plan);
+ *
+ * The plan's backend (kvflash_plan_backend) says where the buffers live: host memory for CPU,
+ * device memory of the current CUDA device for CUDA (q, out, lse, K, V, kv_lens, q_offsets, mask,
+ * sinks, alibi slopes and the workspace), with `stream` a cudaStream_t (NULL: the legacy default
+ * stream). options.backend picks it (AUTO: the best kernel of any backend: CUDA when built and a
+ * kernel serves the problem). examples/decode.c is a complete program. */
+
+typedef struct kvflash_plan kvflash_plan; /* opaque */
+
+/* Makes a plan for the problem (options may be NULL). On success *plan owns it (free it with
+ * kvflash_plan_destroy); on failure *plan is NULL and the error says why (an unsupported problem:
+ * every candidate and the guard that rejected it). Allocates host memory; not for the hot path. */
+KVFLASH_API int kvflash_plan_create(const kvflash_problem* problem, const kvflash_options* options,
+                                    kvflash_plan** plan);
+/* Frees a plan; NULL is allowed. */
+KVFLASH_API void kvflash_plan_destroy(kvflash_plan* plan);
+/* Workspace bytes kvflash_run needs (0: pass NULL); 0 for a NULL plan. */
+KVFLASH_API size_t kvflash_plan_workspace_size(const kvflash_plan* plan);
+/* The backend whose memory the buffers must be in: KVFLASH_BACKEND_CPU or KVFLASH_BACKEND_CUDA
+ * (KVFLASH_BACKEND_AUTO for a NULL plan). */
+KVFLASH_API kvflash_backend kvflash_plan_backend(const kvflash_plan* plan);
+/* Static name of the plan's kernel (e.g. "cuda.decode"); "" for a NULL plan. Valid while the
+ * library is loaded. */
+KVFLASH_API const char* kvflash_plan_kernel_name(const kvflash_plan* plan);
+/* Writes the plan's problem (as created) to *problem. */
+KVFLASH_API int kvflash_plan_problem(const kvflash_plan* plan, kvflash_problem* problem);
+/* KVFLASH_OK when kvflash_run would accept these tensors: the problem's rules and the kernel's
+ * own requirements on pointers and strides (alignment). Reads no tensor memory. */
+KVFLASH_API int kvflash_plan_check_tensors(const kvflash_plan* plan,
+                                           const kvflash_tensors* tensors);
+/* Runs the plan (see above). workspace: kvflash_plan_workspace_size(plan) bytes in the plan's
+ * memory, not used by another call at the same time. stream: a cudaStream_t for a CUDA plan,
+ * ignored by CPU plans (which return when the output is written). Errors: what
+ * kvflash_plan_check_tensors reports, a CPU plan's kv_lens or q_offsets outside their range
+ * (read on the host), or a CUDA launch failure (KVFLASH_ERROR_BACKEND). */
+KVFLASH_API int kvflash_run(const kvflash_plan* plan, const kvflash_tensors* tensors,
+                            void* workspace, void* stream);
+
+/* ---- CUDA device services ------------------------------------------------------------------ *
+ * What a C engine needs to drive the CUDA backend without the CUDA headers; an engine that has
+ * them may use its own (the library uses the CUDA runtime's current device and its streams as
+ * any other runtime user). In a build without CUDA each returns KVFLASH_ERROR_UNSUPPORTED (the
+ * message says so) and kvflash_cuda_device_count() returns 0. `stream` is a cudaStream_t, NULL
+ * the legacy default stream. */
+
+/* CUDA devices visible: 0 without the CUDA backend, a driver or a device (never an error). */
+KVFLASH_API int32_t kvflash_cuda_device_count(void);
+/* cudaMalloc / cudaFree on the current device (free of NULL does nothing). */
+KVFLASH_API int kvflash_cuda_malloc(void** ptr, size_t bytes);
+KVFLASH_API int kvflash_cuda_free(void* ptr);
+/* Stream of one's own (non-blocking) and its end. */
+KVFLASH_API int kvflash_cuda_stream_create(void** stream);
+KVFLASH_API int kvflash_cuda_stream_destroy(void* stream);
+KVFLASH_API int kvflash_cuda_stream_synchronize(void* stream);
+/* Asynchronous copy (either side host or device) and byte fill on `stream`. */
+KVFLASH_API int kvflash_cuda_copy(void* dst, const void* src, size_t bytes, void* stream);
+KVFLASH_API int kvflash_cuda_fill(void* dst, int byte_value, size_t bytes, void* stream);
+/* kvflash_quantize on the device: n_rows rows of n_values floats at src (device memory, row after
+ * row) into dst (device memory, kvflash_row_size(type, n_values) bytes per row), enqueued on
+ * `stream`; the host's bytes, bit for bit. Graph-safe. */
+KVFLASH_API int kvflash_cuda_quantize_rows(kvflash_type type, const float* src, int64_t n_rows,
+                                           int64_t n_values, void* dst, void* stream);
+
+/* ---- The device KV cache ------------------------------------------------------------------- *
+ * kvflash::gpu::KvCache (kvflash/kv_cache.hpp) from C: K and V of n_layers layers for n_seqs
+ * sequences in device memory, each layer in its own K and V types, contiguous or paged, with the
+ * lengths on the device. One decode step, eager or captured into one CUDA graph:
+ *   kvflash_kv_cache_begin_step(cache, 1, stream);                  lengths += 1 on the device
+ *   for each layer l:
+ *     kvflash_kv_cache_append(cache, l, k_new, v_new, 1, stream);   quantized on the device
+ *     kvflash_kv_cache_tensors(cache, l, q, out, &t);               pointers only
+ *     kvflash_run(plan[l], &t, workspace, stream);
+ * begin_step, append and tensors allocate nothing and never synchronize. */
+
+typedef struct kvflash_kv_cache_config {
+  int32_t n_seqs;
+  int32_t n_kv_heads;
+  kvflash_head_dims head_dim;
+  int32_t n_layers;
+  const kvflash_type* k_types; /* n_layers entries: layer l's K type */
+  const kvflash_type* v_types; /* n_layers entries: layer l's V type */
+  int64_t capacity;            /* tokens per sequence */
+  int32_t page_size;           /* 0: contiguous; > 0: tokens per page */
+  int64_t n_pages;             /* paged: pages per layer; 0 = n_seqs * ceil(capacity / page_size) */
+} kvflash_kv_cache_config;
+
+typedef struct kvflash_kv_cache kvflash_kv_cache; /* opaque */
+
+/* Device bytes a cache of this config takes (rows, padding and control), before creating it. */
+KVFLASH_API int kvflash_kv_cache_bytes(const kvflash_kv_cache_config* config, size_t* bytes);
+/* Allocates and initializes the cache (lengths 0) on the current device, then synchronizes
+ * `stream`. Not graph-safe. */
+KVFLASH_API int kvflash_kv_cache_create(const kvflash_kv_cache_config* config, void* stream,
+                                        kvflash_kv_cache** cache);
+KVFLASH_API void kvflash_kv_cache_destroy(kvflash_kv_cache* cache); /* NULL is allowed */
+/* The attention problem over layer `layer` (its types, dims, capacity, page size; causal; the
+ * caller may change the logit options) and the tensors of one call (K, V, lengths and page table
+ * from the cache; q and out are the caller's device buffers, the rest NULL). */
+KVFLASH_API int kvflash_kv_cache_problem(const kvflash_kv_cache* cache, int32_t layer,
+                                         int32_t n_q_heads, int32_t n_q_tokens,
+                                         kvflash_problem* problem);
+KVFLASH_API int kvflash_kv_cache_tensors(const kvflash_kv_cache* cache, int32_t layer,
+                                         const float* q, float* out, kvflash_tensors* tensors);
+/* Device pointer to the n_seqs int64 lengths. */
+KVFLASH_API const int64_t* kvflash_kv_cache_lengths(const kvflash_kv_cache* cache);
+/* lengths[s] += n_new on the device for every sequence with room (the others are marked full). */
+KVFLASH_API int kvflash_kv_cache_begin_step(kvflash_kv_cache* cache, int32_t n_new, void* stream);
+/* Quantizes n_new tokens per sequence of K and V (device f32, (n_seqs, n_new, n_kv_heads,
+ * head_dim) each) into layer `layer` at tokens lengths[s] - n_new .. lengths[s] - 1. */
+KVFLASH_API int kvflash_kv_cache_append(kvflash_kv_cache* cache, int32_t layer, const float* k,
+                                        const float* v, int32_t n_new, void* stream);
+/* Host control, synchronous (not under capture): set the n_seqs lengths (host array); set the
+ * page table (host array of n_seqs * pages_per_seq entries, n_entries of them); the sequences a
+ * step found full since creation or the last clear (up to `capacity` indices into seqs, their
+ * number in *count; -1 alone when an append met a token past the capacity); clear those marks. */
+KVFLASH_API int kvflash_kv_cache_set_lengths(kvflash_kv_cache* cache, const int64_t* lengths,
+                                             int32_t n_seqs, void* stream);
+KVFLASH_API int kvflash_kv_cache_set_page_table(kvflash_kv_cache* cache, const int32_t* table,
+                                                int64_t n_entries, void* stream);
+KVFLASH_API int kvflash_kv_cache_full_sequences(const kvflash_kv_cache* cache, int32_t* seqs,
+                                                int32_t capacity, int32_t* count, void* stream);
+KVFLASH_API int kvflash_kv_cache_clear_full(kvflash_kv_cache* cache, void* stream);
 
 /* Number of kernels built into this library (all backends, opt-in ones included). */
 KVFLASH_API int32_t kvflash_kernel_count(void);
