@@ -40,6 +40,7 @@ if has build; then
   fi
   cmake -S . -B build/gpu "${cfg[@]}" > "$out/build.txt" 2>&1 &&
     cmake --build build/gpu -j "$jobs" --target kvflash-bench kvflash-parity test_gpu_attention \
+      example_decode_c \
       >> "$out/build.txt" 2>&1
   rc=$?
   wait
@@ -56,6 +57,9 @@ if has tests; then
   say "gtest rc=$?"
   grep -E "^\[  (PASSED|FAILED)|^\[  FAILED|tests ran|Failure|Expected|Which is" "$out/gtest.txt" |
     head -60 >> "$sum"
+  say "== examples/decode.c (the C API on the device)"
+  timeout 60 build/gpu/tests/example_decode_c >> "$sum" 2>&1
+  say "example rc=$?"
 fi
 
 if has parity; then
