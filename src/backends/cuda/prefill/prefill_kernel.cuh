@@ -287,10 +287,14 @@ __device__ __forceinline__ void score_tile(const PrefillParams& p, const Prefill
         float x = s[n][2 * r + c] * p.scale;
         if (p.softcap > 0.0f) x = p.softcap * tanhf(x / p.softcap);
         if (p.has_alibi) x += slope * static_cast<float>(key - pq);
-        if (p.has_mask && key < cta.keys.hi) x += mask[key];
         bool vis = true;
+        if (p.has_mask && key < cta.keys.hi) {
+          const float mv = mask[key];
+          x += mv;
+          vis = mv != -std::numeric_limits<float>::infinity();  // whatever the K row holds
+        }
         if (masked) {
-          vis = key < cta.keys.hi && (!p.causal || key <= pq) &&
+          vis = vis && key < cta.keys.hi && (!p.causal || key <= pq) &&
                 (p.window <= 0 || pq - key < p.window);
         }
         s[n][2 * r + c] = vis ? x * kStateLog2e : -std::numeric_limits<float>::infinity();
@@ -346,18 +350,37 @@ __device__ __forceinline__ void pack_p(uint4 (&pa)[4], const float (&s)[8][4]) {
 }
 
 // O += P.V for the warp's kMT M tiles: V's B operands by transposed ldmatrix, each feeding every
-// M tile.
+// M tile. hidden_keys: the tile may hold keys that no row of the warp weighs (masked, outside the
+// window or the range): their V operands are zeroed (weighed_keys), so that whatever those V rows
+// hold (NaN or inf in an engine's unused cells) never enters O as 0 * V.
 template <bool kBf16, int kMT, int kVt>
 __device__ __forceinline__ void pv_tile(float (&o)[kMT][kVt][4], const uint4 (&pa)[kMT][4],
-                                        uint32_t sv_addr, int v_stride, int dvc, int lane) {
+                                        uint32_t sv_addr, int v_stride, int dvc, int lane,
+                                        bool hidden_keys) {
   const uint32_t b_base =
       sv_addr + ((lane & 7) + (((lane >> 3) & 1) << 3)) * v_stride + (lane >> 4) * 16;
 #pragma unroll
   for (int kc = 0; kc < 4; ++kc) {
+    // Keys 2t, 2t + 1 (b.x, b.z) and 2t + 8, 2t + 9 (b.y, b.w) of this 16-key step.
+    uint32_t keep01 = 0xffffffffu, keep23 = 0xffffffffu;
+    if (hidden_keys) {
+      uint32_t or01 = 0, or23 = 0;
+#pragma unroll
+      for (int m = 0; m < kMT; ++m) {
+        or01 |= pa[m][kc].x | pa[m][kc].y;
+        or23 |= pa[m][kc].z | pa[m][kc].w;
+      }
+      keep01 = weighed_keys(or01);
+      keep23 = weighed_keys(or23);
+    }
 #pragma unroll
     for (int dp = 0; dp < kVt / 2; ++dp) {
       if (16 * dp < dvc) {
-        const uint4 b = ldmatrix_x4_trans(b_base + kc * 16 * v_stride + dp * 32);
+        uint4 b = ldmatrix_x4_trans(b_base + kc * 16 * v_stride + dp * 32);
+        b.x &= keep01;
+        b.y &= keep23;
+        b.z &= keep01;
+        b.w &= keep23;
 #pragma unroll
         for (int m = 0; m < kMT; ++m) {
           mma16816<kBf16>(o[m][2 * dp], pa[m][kc], b.x, b.y);
@@ -489,7 +512,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       softmax_tile<kVt>(s[0], mx[m], l[m], o[m]);
       pack_p<kBf16V>(pa[m], s[0]);
     }
-    pv_tile<kBf16V, kMT, kVt>(o, pa, smem_addr(sv), p.v_op_stride, p.dvc, lane);
+    pv_tile<kBf16V, kMT, kVt>(o, pa, smem_addr(sv), p.v_op_stride, p.dvc, lane,
+                              masked || p.has_mask);
   }
 
   // Epilogue: each row's state finalized (sinks, empty rows), the outputs staged in shared memory
