@@ -8,6 +8,8 @@
 #   parity    kvflash-parity --backend cuda: the default set's prefill cases and --set prefill
 #   bench     kvflash-bench: square causal prompts (8K, 32K; head dims 64/128/256) and 2048-query
 #             chunks onto 8K-128K caches, each KV type; with build/gpu-b the same rows from it
+#   decode    kvflash-bench decode rows (1 and 8 tokens, 4K-128K, each type family), with
+#             build/gpu-b the same rows from it: the decode kernels' A/B (2% bar)
 #   sdpa      PyTorch SDPA (cuDNN, flash) on the square shapes
 #   sanitize  memcheck and racecheck over parity prefill cases
 # Everything lands in OUT_DIR; summary.txt has the lines to read first.
@@ -17,7 +19,7 @@ out=${1:?usage: dev/prefill_gpu.sh OUT_DIR}
 mkdir -p "$out"
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
-steps=${KVFLASH_STEPS:-build tests parity bench sdpa sanitize}
+steps=${KVFLASH_STEPS:-build tests parity bench decode sdpa sanitize}
 sum="$out/summary.txt"
 say() { echo "$*" | tee -a "$sum"; }
 has() { [[ " $steps " == *" $1 "* ]]; }
@@ -79,6 +81,28 @@ if has parity; then
   done
 fi
 
+compare_csv() {  # A csv, B csv (in $out): TFLOP/s per row and B/A
+  python3 - "$out" "$1" "$2" >> "$sum" 2>&1 <<'EOF'
+import csv, os, sys
+out, name_a, name_b = sys.argv[1:4]
+def rows(name):
+    path = os.path.join(out, name)
+    if not os.path.exists(path):
+        return {}
+    lines = [l for l in open(path) if l.strip()]
+    got = {}
+    for r in csv.DictReader(lines):
+        if r.get("backend") == "backend":
+            continue
+        got[(r["k_type"], r["v_type"], r["head_dim_k"], r["depth"], r["n_q"])] = float(r["tflops"])
+    return got
+a, b = rows(name_a), rows(name_b)
+print("K/V D depth n_q: TFLOP/s" + (" | B TFLOP/s  B/A" if b else ""))
+for key, tf in a.items():
+    extra = f" | {b[key]:.1f}  {b[key] / tf:.3f}" if key in b else ""
+    print(f"{key[0]}/{key[1]} {key[2]} {key[3]} {key[4]}: {tf:.1f}{extra}")
+EOF
+}
 bench_rows() {  # kvflash-bench binary, output csv
   local b=$1 csv=$2 r=(--backend cuda --no-progress -o csv -r 5 --warmup 2 --heads 32/8)
   if [ "${KVFLASH_BENCH_QUICK:-0}" = 1 ]; then  # a few rows for an A/B
@@ -100,26 +124,21 @@ if has bench; then
   bench_rows build/gpu/tools/bench/kvflash-bench "$out/bench.csv" 2>> "$out/bench.err"
   [ -x build/gpu-b/tools/bench/kvflash-bench ] &&
     bench_rows build/gpu-b/tools/bench/kvflash-bench "$out/bench_b.csv" 2>> "$out/bench.err"
-  python3 - "$out" >> "$sum" 2>&1 <<'EOF'
-import csv, os, sys
-out = sys.argv[1]
-def rows(name):
-    path = os.path.join(out, name)
-    if not os.path.exists(path):
-        return {}
-    lines = [l for l in open(path) if l.strip()]
-    got = {}
-    for r in csv.DictReader(lines):
-        if r.get("backend") == "backend":
-            continue
-        got[(r["k_type"], r["v_type"], r["head_dim_k"], r["depth"], r["n_q"])] = float(r["tflops"])
-    return got
-a, b = rows("bench.csv"), rows("bench_b.csv")
-print("K/V D depth n_q: TFLOP/s" + (" | B TFLOP/s  B/A" if b else ""))
-for key, tf in a.items():
-    extra = f" | {b[key]:.1f}  {b[key] / tf:.3f}" if key in b else ""
-    print(f"{key[0]}/{key[1]} {key[2]} {key[3]} {key[4]}: {tf:.1f}{extra}")
-EOF
+  compare_csv bench.csv bench_b.csv
+fi
+
+decode_rows() {  # kvflash-bench binary, output csv
+  local b=$1 csv=$2 r=(--backend cuda --no-progress -o csv -r 7 --warmup 2 --heads 32/8 --head-dim 128)
+  timeout 150 "$b" "${r[@]}" -d 4096,32768,131072 -n 1 --ctk f16,q8_0,q4_0,turbo3 >> "$csv"
+  timeout 100 "$b" "${r[@]}" -d 32768,131072 -n 8 --ctk f16,q8_0,turbo3 >> "$csv"
+  timeout 60 "$b" "${r[@]}" -d 131072 -n 1 --ctk q8_0 --ctv turbo3 >> "$csv"
+}
+if has decode; then
+  say "== decode speed (A: this tree, B: build/gpu-b)"
+  decode_rows build/gpu/tools/bench/kvflash-bench "$out/decode.csv" 2>> "$out/bench.err"
+  [ -x build/gpu-b/tools/bench/kvflash-bench ] &&
+    decode_rows build/gpu-b/tools/bench/kvflash-bench "$out/decode_b.csv" 2>> "$out/bench.err"
+  compare_csv decode.csv decode_b.csv
 fi
 
 if has sdpa; then
