@@ -92,12 +92,18 @@ Status reference_attention(const AttentionProblem& p, const AttentionTensors& t,
           const int64_t i = (r0 + r) / G, h = int64_t{kvh} * G + (r0 + r) % G;
           const int64_t pq = len - nq + i;
           double* lg = logits.data() + r * len;
+          const float* mrow =
+              p.has_mask ? t.mask + (s * p.n_q_tokens + i) * t.mask_stride : nullptr;
           for (int64_t j = 0; j < len; ++j) {
-            const bool hidden = (p.causal && j > pq) || (p.window > 0 && pq - j >= p.window);
+            // A mask of -inf hides the key like causal and window do: its logit is -inf whatever
+            // its K row holds (NaN + -inf would be NaN and poison the maximum).
+            const bool hidden =
+                (p.causal && j > pq) || (p.window > 0 && pq - j >= p.window) ||
+                (mrow != nullptr && mrow[j] == -std::numeric_limits<float>::infinity());
             double x = scale * lg[j];
             if (p.softcap > 0.0f) x = double{p.softcap} * std::tanh(x / double{p.softcap});
             if (p.has_alibi) x += double{t.alibi_slopes[h]} * static_cast<double>(j - pq);
-            if (p.has_mask) x += double{t.mask[(s * p.n_q_tokens + i) * t.mask_stride + j]};
+            if (mrow != nullptr) x += double{mrow[j]};
             lg[j] = hidden ? kNegInf : x;
             m[r] = std::max(m[r], lg[j]);
           }
