@@ -76,10 +76,7 @@ using KernelFn = void (*)(const AttendParams&);
 
 Status run_cpu(const Plan& plan, const AttentionTensors& t, void* workspace, KernelFn kernel) {
   const AttentionProblem& p = plan.problem;  // the tensors passed validate(plan, t) in run()
-  for (int64_t s = 0; t.kv_lens && s < p.n_seqs; ++s)
-    if (t.kv_lens[s] < 0 || t.kv_lens[s] > p.kv_capacity)
-      return invalid_argument(fmt::format("kv_lens[{}] = {} is outside 0 .. kv_capacity = {}", s,
-                                          t.kv_lens[s], p.kv_capacity));
+  if (Status s = validate_kv_lens(p, t.kv_lens); !s) return s;
   if (Status s = validate_q_offsets(p, t.q_offsets); !s) return s;
   if (workspace == nullptr && plan.workspace_bytes > 0)
     return invalid_argument("workspace is null but the plan needs workspace_bytes > 0");
