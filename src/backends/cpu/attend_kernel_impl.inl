@@ -13,7 +13,9 @@
 // Internal functions pass 64-byte vectors by value; their ABI never crosses this file. GCC 12
 // also reports the deliberately undefined upper parts inside its own AVX-512 intrinsics.
 #pragma GCC diagnostic ignored "-Wpsabi"
+#if !defined(__clang__)  // a GCC-only warning; clang would warn that it does not know it
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -675,7 +677,7 @@ void attend_head(const AttendParams& p, const Context& ctx, [[maybe_unused]] con
         if (!whole) {
           v16i pos;
           for (int k = 0; k < kLanes; ++k) pos[k] = c * kLanes + k;
-          s[c] = (pos < jlo) | (pos > jhi) ? splat(kNegInf) : s[c];
+          s[c] = ((pos < jlo) | (pos > jhi)) ? splat(kNegInf) : s[c];
         }
         mx = mx > s[c] ? mx : s[c];
       }
