@@ -22,8 +22,11 @@
  *   if has_mask:      s += mask[seq, i, pk]
  *   if causal:        key hidden when pk > pq
  *   if window > 0:    key hidden when pq - pk >= window
+ *   if mask = -inf:   key hidden (whatever its K row holds)
  * out = softmax over the visible keys (and the sink logit sinks[h], which has no value) of s,
- * times V. A query that sees no key and has no sink returns zeros (lse = -inf).
+ * times V. A hidden key has no effect: whatever its K and V rows hold (NaN and inf included),
+ * it never reaches the output. A query that sees no key and has no sink (or a sink of -inf)
+ * returns zeros and lse = -inf.
  */
 #ifndef KVFLASH_KVFLASH_H_
 #define KVFLASH_KVFLASH_H_

@@ -14,8 +14,12 @@
 //   if mask:          s += mask[seq, i, pk]
 //   if causal:        key hidden when pk > pq
 //   if window > 0:    key hidden when pq - pk >= window
+//   if mask = -inf:   key hidden (whatever its K row holds)
 // out = softmax over the visible keys (and the sink logit sink[h], which has no value) of s,
-// times V. A query that sees no key and has no sink returns zeros (lse = -inf).
+// times V. A hidden key has no effect at all: whatever its K and V rows hold (NaN and inf
+// included), the reference and the CPU kernels never let it reach the output (the CUDA kernels
+// do not hold this yet: a -inf mask over a NaN K, or 0 * NaN in their P.V MMAs; issue 40). A query that sees no key and has no sink (or a
+// sink of -inf) returns zeros and lse = -inf (state.hpp's empty-state rule).
 #pragma once
 
 #include <array>
