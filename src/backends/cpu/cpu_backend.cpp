@@ -80,7 +80,8 @@ Status run_cpu(const Plan& plan, const AttentionTensors& t, void* workspace, Ker
   if (Status s = validate_kv_lens(p, t.kv_lens); !s) return s;
   if (Status s = validate_q_offsets(p, t.q_offsets); !s) return s;
   if (workspace == nullptr && plan.workspace_bytes > 0)
-    return invalid_argument("workspace is null but the plan needs workspace_bytes > 0");
+    return invalid_argument(
+        "workspace=NULL is missing (allowed: a buffer of the plan's workspace_bytes > 0)");
 
   const Layout L = make_layout(p, plan.n_threads);
   auto* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(workspace) + kAlign - 1) /
