@@ -18,8 +18,9 @@
 // out = softmax over the visible keys (and the sink logit sink[h], which has no value) of s,
 // times V. A hidden key has no effect at all: whatever its K and V rows hold (NaN and inf
 // included), the reference and the CPU kernels never let it reach the output (the CUDA kernels
-// do not hold this yet: a -inf mask over a NaN K, or 0 * NaN in their P.V MMAs; issue 40). A query that sees no key and has no sink (or a
-// sink of -inf) returns zeros and lse = -inf (state.hpp's empty-state rule).
+// do not hold this yet: a -inf mask over a NaN K, or 0 * NaN in their P.V MMAs; issue 40). A query
+// that sees no key and has no sink (or a sink of -inf) returns zeros and lse = -inf (state.hpp's
+// empty-state rule).
 #pragma once
 
 #include <array>
