@@ -4,8 +4,9 @@
  *
  * Conventions
  *  - Functions returning int return a kvflash_status: KVFLASH_OK (0) or an error code. On error,
- *    kvflash_last_error() holds a message naming the offending field, its value and what is
- *    allowed (the same text the C++ API produces).
+ *    kvflash_last_error() holds a message naming the first offending field (fields are checked
+ *    in declaration order), its value and what is allowed, in one style:
+ *    "field=value problem (allowed: ...)" (the same text the C++ API produces).
  *  - Shapes are written (dim0, dim1, ...), row-major, last dimension contiguous. Strides are in
  *    bytes. Floats are IEEE binary32; logits and log-sum-exps are in natural-log units.
  *  - No function throws or aborts on bad input; every pointer argument is checked for NULL.
@@ -21,8 +22,11 @@
  *   if has_mask:      s += mask[seq, i, pk]
  *   if causal:        key hidden when pk > pq
  *   if window > 0:    key hidden when pq - pk >= window
+ *   if mask = -inf:   key hidden (whatever its K row holds)
  * out = softmax over the visible keys (and the sink logit sinks[h], which has no value) of s,
- * times V. A query that sees no key and has no sink returns zeros (lse = -inf).
+ * times V. A hidden key has no effect: whatever its K and V rows hold (NaN and inf included),
+ * it never reaches the output. A query that sees no key and has no sink (or a sink of -inf)
+ * returns zeros and lse = -inf.
  */
 #ifndef KVFLASH_KVFLASH_H_
 #define KVFLASH_KVFLASH_H_
@@ -167,7 +171,7 @@ typedef struct kvflash_problem {
 KVFLASH_API kvflash_problem kvflash_problem_default(void);
 
 /* KVFLASH_OK when the problem lies in the supported space; otherwise KVFLASH_ERROR_INVALID_ARGUMENT
- * with a message naming the first offending field (e.g. "head_dim"). */
+ * with a message naming the first offending field in declaration order (e.g. "head_dim"). */
 KVFLASH_API int kvflash_validate_problem(const kvflash_problem* problem);
 
 /* Writes a one-line description of the problem (e.g. "seqs=1 q=1 heads=32/8 d=128/128 k=q8_0
@@ -182,8 +186,16 @@ KVFLASH_API int kvflash_problem_describe(const kvflash_problem* problem, char* t
 /* A K or V cache: row (seq, token, head) starts at
  *   (const char*)data + seq * stride_seq + token * stride_token + head * stride_head
  * and holds kvflash_row_size(type, head_dim) bytes. Strides are in bytes, any layout (token-major,
- * head-major, ...), but rows must not overlap and must start at even addresses. Mirrors
- * kvflash::KvTensor. */
+ * head-major, ...) within these rules, checked on every dimension of extent > 1 (token:
+ * kv_capacity or page_size, head: n_kv_heads, seq: n_seqs, page: n_pages; other strides are
+ * never used):
+ *  - rows start at multiples of 4 bytes for f32 and of 2 bytes for every other type: data and
+ *    every stride are multiples of that;
+ *  - strides are >= 0 and every byte offset fits in int64;
+ *  - rows do not overlap: sorted by stride, each dimension's stride is at least the span of the
+ *    rows of the dimensions before it, starting with one row (a sufficient rule: token-major,
+ *    head-major and paged layouts with any padding pass).
+ * Mirrors kvflash::KvTensor. */
 typedef struct kvflash_kv_tensor {
   const void* data;
   int64_t stride_token;
@@ -208,7 +220,8 @@ KVFLASH_API int kvflash_kv_tensor_contiguous(const void* data, kvflash_type type
  * kvflash_attention, device memory for CUDA plans (kvflash_plan_backend). Optional pointers are
  * NULL when unused. */
 typedef struct kvflash_tensors {
-  const float* q;            /* (n_seqs, n_q_tokens, n_q_heads, head_dim.k) */
+  const float* q;            /* (n_seqs, n_q_tokens, n_q_heads, head_dim.k); every float
+                                pointer of this struct is 4-byte aligned */
   kvflash_kv_tensor k;       /* head_dim.k values per row, type k_type */
   kvflash_kv_tensor v;       /* head_dim.v values per row, type v_type */
   const int64_t* kv_lens;    /* (n_seqs) tokens in each sequence, <= kv_capacity;
@@ -230,8 +243,10 @@ typedef struct kvflash_tensors {
                                stays (n_seqs, n_q_tokens, mask_stride), row i of sequence s */
 } kvflash_tensors;
 
-/* KVFLASH_OK when the problem is valid and the tensors fit it (pointers, strides, kv_lens,
- * q_offsets). */
+/* KVFLASH_OK when the problem is valid and the tensors fit it: pointers (non-NULL where needed;
+ * q, out, lse, mask, sinks, alibi_slopes and q_offsets 4-byte, kv_lens 8-byte aligned), the K/V
+ * layout rules above, mask_stride, and (read here: the tensors are host memory) each kv_lens[s]
+ * in 0 .. kv_capacity and the q_offsets rules. */
 KVFLASH_API int kvflash_validate_tensors(const kvflash_problem* problem,
                                          const kvflash_tensors* tensors);
 

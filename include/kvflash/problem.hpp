@@ -14,8 +14,13 @@
 //   if mask:          s += mask[seq, i, pk]
 //   if causal:        key hidden when pk > pq
 //   if window > 0:    key hidden when pq - pk >= window
+//   if mask = -inf:   key hidden (whatever its K row holds)
 // out = softmax over the visible keys (and the sink logit sink[h], which has no value) of s,
-// times V. A query that sees no key and has no sink returns zeros (lse = -inf).
+// times V. A hidden key has no effect at all: whatever its K and V rows hold (NaN and inf
+// included), the reference and the CPU kernels never let it reach the output (the CUDA kernels
+// do not hold this yet: a -inf mask over a NaN K, or 0 * NaN in their P.V MMAs; issue 40). A query
+// that sees no key and has no sink (or a sink of -inf) returns zeros and lse = -inf (state.hpp's
+// empty-state rule).
 #pragma once
 
 #include <array>
@@ -85,7 +90,8 @@ struct AttentionProblem {
   int32_t rows_per_kv_head() const { return n_q_tokens * group(); }
 };
 
-// Names the first offending field, its value and the allowed values.
+// Names the first offending field (in declaration order), its value and the allowed values, in
+// the one message style of the library: "field=value problem (allowed: ...)".
 Status validate(const AttentionProblem& p);
 // One line, e.g. "seqs=1 q=1 heads=32/8 d=128/128 k=q8_0 v=q4_0 kv=32768 causal".
 std::string describe(const AttentionProblem& p);
@@ -93,7 +99,15 @@ std::string describe(const AttentionProblem& p);
 // A K or V cache in host or device memory: row (seq, token, head) starts at
 //   data + seq * stride_seq + token * stride_token + head * stride_head   (bytes)
 // and holds row_size(type, head_dim) bytes. Strides are in bytes and may be any layout
-// (token-major as in ggml, head-major, ...), but rows must not overlap.
+// (token-major as in ggml, head-major, ...) within these rules, which validate(p, t) enforces
+// on every dimension of extent > 1 (the strides of the others are never used):
+//  - alignment: data and every stride keep rows at multiples of 4 bytes for f32 rows (loaded as
+//    floats) and of 2 bytes for every other type (loaded as 16-bit halves and block scales);
+//  - strides >= 0, and the last byte of the last row is addressable with int64 offsets;
+//  - no two rows overlap. The rule (sufficient, not necessary): sort the dimensions by stride;
+//    each stride must be at least the span of the rows of the dimensions before it, starting
+//    with one row (e.g. token-major: stride_head >= row, stride_token >= n_kv_heads x row,
+//    stride_seq >= kv_capacity x stride_token, any padding allowed).
 //
 // Paged (problem.page_size = P > 0): token t of sequence s lives in page
 //   page_table[s * pages_per_seq + t / P]   (an int32 page number, 0 <= page < n_pages)
@@ -101,6 +115,10 @@ std::string describe(const AttentionProblem& p);
 //   data + page * stride_page + (t % P) * stride_token + head * stride_head   (stride_seq unused).
 // The table is in the same memory as the data (device memory for cuda.decode), read when the
 // kernel runs, so a captured graph follows later changes to it. K and V may share a table.
+// The layout rules above apply to the dimensions (token: page_size, head: n_kv_heads, page:
+// n_pages) in place of (token, head, seq): stride_page is usually at least one page's rows, but
+// any non-overlapping nesting passes (e.g. pages interleaved between tokens). page_table is int32
+// aligned.
 // Readers: cuda.decode and cpu.reference; the CPU kernels decline paged problems (guard
 // "kv_layout"). gpu::KvCache appends to paged caches on the device.
 struct KvTensor {
@@ -171,8 +189,11 @@ struct AttentionTensors {
   const int32_t* q_offsets = nullptr;
 };
 
-// Checks pointers and strides against the problem (the problem must already be valid). Reads no
-// tensor memory (a CUDA plan's tensors are on the device).
+// Checks pointers and strides against the problem (the problem must already be valid), fields in
+// declaration order: non-null where required, q / out / lse / mask / sinks / alibi_slopes 4-byte
+// aligned (floats), kv_lens 8-byte and q_offsets 4-byte aligned, K and V by KvTensor's rules,
+// mask_stride >= kv_capacity with an addressable last element. All arithmetic is overflow
+// checked. Reads no tensor memory (a CUDA plan's tensors are on the device).
 Status validate(const AttentionProblem& p, const AttentionTensors& t);
 
 // Sequence seq's query rows, the one layout formula every reader uses (reference, CPU kernels,
@@ -195,5 +216,8 @@ int64_t q_total_rows(const AttentionProblem& p, const int32_t* q_offsets);
 // non-decreasing, each step 0 .. n_q_tokens). Readers of host tensors (the reference, the CPU
 // backend, the C API) call it before reading; nothing to check without ragged_q.
 Status validate_q_offsets(const AttentionProblem& p, const int32_t* q_offsets);
+// Host-memory check of the sequence lengths: each kv_lens[s] in 0 .. kv_capacity (nullptr: every
+// sequence is full, nothing to check).
+Status validate_kv_lens(const AttentionProblem& p, const int64_t* kv_lens);
 
 }  // namespace kvflash

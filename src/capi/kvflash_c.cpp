@@ -139,18 +139,24 @@ kvflash::Error bad_type(std::string_view field, kvflash_type t) {
                   KVFLASH_TYPE_COUNT - 1, kvflash::kv_type_names()));
 }
 
+// A type that is not a kvflash_type cannot be held by the C++ problem, so it is reported here;
+// the fields declared before k_type are checked first, so that the error names the first
+// offending field, as validate() promises.
 kvflash::Expected<kvflash::AttentionProblem> to_cpp(const kvflash_problem* c) {
-  if (c == nullptr) return kvflash::invalid_argument("problem is NULL");
-  const auto k = to_cpp(c->k_type);
-  if (!k) return bad_type("k_type", c->k_type);
-  const auto v = to_cpp(c->v_type);
-  if (!v) return bad_type("v_type", c->v_type);
+  if (c == nullptr)
+    return kvflash::invalid_argument("problem=NULL is missing (allowed: a pointer)");
   kvflash::AttentionProblem p;
   p.n_seqs = c->n_seqs;
   p.n_q_tokens = c->n_q_tokens;
   p.n_q_heads = c->n_q_heads;
   p.n_kv_heads = c->n_kv_heads;
   p.head_dim = {c->head_dim.k, c->head_dim.v};
+  const auto k = to_cpp(c->k_type);
+  const auto v = to_cpp(c->v_type);
+  if (!k || !v) {
+    if (const kvflash::Status s = kvflash::validate(p); !s) return s.error();
+    return !k ? bad_type("k_type", c->k_type) : bad_type("v_type", c->v_type);
+  }
   p.k_type = *k;
   p.v_type = *v;
   p.kv_capacity = c->kv_capacity;
@@ -284,12 +290,13 @@ kvflash::Expected<kvflash::PlanOptions> to_cpp(const kvflash_options* c) {
 int copy_out(std::string_view s, char* buf, size_t capacity, std::string_view buf_name,
              std::string_view capacity_name) {
   if (buf == nullptr) {
-    return fail_invalid(fmt::format("{} is NULL ({}={})", buf_name, capacity_name, capacity));
+    return fail_invalid(fmt::format("{}=NULL is missing ({}={}) (allowed: a buffer)", buf_name,
+                                    capacity_name, capacity));
   }
   if (capacity < s.size() + 1) {
     if (capacity > 0) buf[0] = '\0';
-    return fail_invalid(fmt::format("{}={} is too small: \"{}\" needs {} bytes", capacity_name,
-                                    capacity, s, s.size() + 1));
+    return fail_invalid(fmt::format("{}={} is too small for \"{}\" (allowed: >= {} bytes)",
+                                    capacity_name, capacity, s, s.size() + 1));
   }
   std::memcpy(buf, s.data(), s.size());
   buf[s.size()] = '\0';
@@ -309,15 +316,15 @@ std::optional<kvflash::Error> check_row(kvflash_type type, const void* src, uint
     return kvflash::invalid_argument(
         fmt::format("n_values={} is out of range (allowed: 1 .. 2^56)", n_values));
   }
-  if (src == nullptr) return kvflash::invalid_argument("src is NULL");
-  if (dst == nullptr) return kvflash::invalid_argument("dst is NULL");
+  if (src == nullptr) return kvflash::invalid_argument("src=NULL is missing (allowed: a pointer)");
+  if (dst == nullptr) return kvflash::invalid_argument("dst=NULL is missing (allowed: a pointer)");
   if (!aligned(src, src_align)) {
-    return kvflash::invalid_argument(
-        fmt::format("src={} is not {}-byte aligned", fmt::ptr(src), src_align));
+    return kvflash::invalid_argument(fmt::format(
+        "src={} is misaligned (allowed: a multiple of {} bytes)", fmt::ptr(src), src_align));
   }
   if (!aligned(dst, dst_align)) {
-    return kvflash::invalid_argument(
-        fmt::format("dst={} is not {}-byte aligned", fmt::ptr(dst), dst_align));
+    return kvflash::invalid_argument(fmt::format(
+        "dst={} is misaligned (allowed: a multiple of {} bytes)", fmt::ptr(dst), dst_align));
   }
   return std::nullopt;
 }
@@ -356,11 +363,11 @@ const char* kvflash_version(void) {
 kvflash_type kvflash_type_from_name(const char* name) {
   kvflash_type result = KVFLASH_TYPE_INVALID;
   guarded("kvflash_type_from_name", [&] {
-    if (name == nullptr) return fail_invalid("type name is NULL");
+    if (name == nullptr) return fail_invalid("name=NULL is missing (allowed: a type name)");
     const auto t = kvflash::kv_type_from_name(name);
     if (!t) {
-      return fail_invalid(
-          fmt::format("unknown type name \"{}\" (allowed: {})", name, kvflash::kv_type_names()));
+      return fail_invalid(fmt::format("name=\"{}\" is not a type name (allowed: {})", name,
+                                      kvflash::kv_type_names()));
     }
     result = static_cast<kvflash_type>(static_cast<int>(*t));
     return kOk;
@@ -434,20 +441,23 @@ int kvflash_problem_describe(const kvflash_problem* problem, char* text, size_t 
 int kvflash_kv_tensor_contiguous(const void* data, kvflash_type type, int32_t head_dim,
                                  int32_t n_kv_heads, int64_t capacity, kvflash_kv_tensor* tensor) {
   return guarded("kvflash_kv_tensor_contiguous", [&] {
-    if (tensor == nullptr) return fail_invalid("tensor is NULL");
+    if (tensor == nullptr) return fail_invalid("tensor=NULL is missing (allowed: a pointer)");
     const auto t = to_cpp(type);
     if (!t) return fail(bad_type("type", type));
-    if (head_dim <= 0) return fail_invalid(fmt::format("head_dim={} must be positive", head_dim));
+    if (head_dim <= 0)
+      return fail_invalid(fmt::format("head_dim={} is out of range (allowed: >= 1)", head_dim));
     if (n_kv_heads <= 0) {
-      return fail_invalid(fmt::format("n_kv_heads={} must be positive", n_kv_heads));
+      return fail_invalid(fmt::format("n_kv_heads={} is out of range (allowed: >= 1)", n_kv_heads));
     }
-    if (capacity <= 0) return fail_invalid(fmt::format("capacity={} must be positive", capacity));
+    if (capacity <= 0)
+      return fail_invalid(fmt::format("capacity={} is out of range (allowed: >= 1)", capacity));
     // The whole cache of one sequence must be addressable with int64 byte strides.
     int64_t bytes = static_cast<int64_t>(kvflash::row_size(*t, head_dim));
     if (__builtin_mul_overflow(bytes, int64_t{n_kv_heads}, &bytes) ||
         __builtin_mul_overflow(bytes, capacity, &bytes)) {
       return fail_invalid(
-          fmt::format("capacity={} x n_kv_heads={} rows of {} bytes overflow a 64-bit byte offset",
+          fmt::format("capacity={} x n_kv_heads={} rows of {} bytes overflow a 64-bit byte offset "
+                      "(allowed: < 2^63 bytes)",
                       capacity, n_kv_heads, kvflash::row_size(*t, head_dim)));
     }
     const kvflash::KvTensor k =
@@ -468,11 +478,13 @@ int kvflash_validate_tensors(const kvflash_problem* problem, const kvflash_tenso
   return guarded("kvflash_validate_tensors", [&] {
     const auto p = to_cpp(problem);
     if (!p) return fail(p.error());
-    if (tensors == nullptr) return fail_invalid("tensors is NULL");
+    if (tensors == nullptr) return fail_invalid("tensors=NULL is missing (allowed: a pointer)");
     if (const kvflash::Status s = kvflash::validate(*p); !s) return fail(s.error());
     const kvflash::AttentionTensors t = to_cpp(*tensors);
     if (const kvflash::Status s = kvflash::validate(*p, t); !s) return fail(s.error());
-    // C tensors are host memory: the offsets can be read here.
+    // C tensors are host memory: the lengths and offsets can be read here.
+    if (const kvflash::Status s = kvflash::validate_kv_lens(*p, t.kv_lens); !s)
+      return fail(s.error());
     const kvflash::Status s = kvflash::validate_q_offsets(*p, t.q_offsets);
     return s ? kOk : fail(s.error());
   });
@@ -488,7 +500,7 @@ int kvflash_attention(const kvflash_problem* problem, const kvflash_tensors* ten
   return guarded("kvflash_attention", [&] {
     const auto p = to_cpp(problem);
     if (!p) return fail(p.error());
-    if (tensors == nullptr) return fail_invalid("tensors is NULL");
+    if (tensors == nullptr) return fail_invalid("tensors=NULL is missing (allowed: a pointer)");
     auto o = to_cpp(options);
     if (!o) return fail(o.error());
     if (o->select.backend == kvflash::Backend::cuda) {

@@ -33,7 +33,8 @@ Status check_pages(const char* which, const KvTensor& kv, const AttentionProblem
     const int32_t page = kv.page_table[seq * kv.pages_per_seq + i];
     if (page < 0 || page >= kv.n_pages)
       return invalid_argument(fmt::format(
-          "tensors.{}.page_table[{}] = {} (sequence {}, page {}) is outside 0 .. n_pages - 1 = {}",
+          "tensors.{}.page_table[{}]={} (sequence {}, page {}) is out of range (allowed: 0 .. "
+          "n_pages - 1={})",
           which, seq * kv.pages_per_seq + i, page, seq, i, kv.n_pages - 1));
   }
   return {};
@@ -45,6 +46,7 @@ Status reference_attention(const AttentionProblem& p, const AttentionTensors& t,
   if (Status s = validate(p); !s) return s;
   if (Status s = validate(p, t); !s) return s;
   if (Status s = validate_q_offsets(p, t.q_offsets); !s) return s;
+  if (Status s = validate_kv_lens(p, t.kv_lens); !s) return s;
 
   const int32_t G = p.group();
   const int32_t dk = p.head_dim.k;
@@ -55,9 +57,6 @@ Status reference_attention(const AttentionProblem& p, const AttentionTensors& t,
 
   for (int64_t s = 0; s < p.n_seqs; ++s) {
     const int64_t len = t.kv_lens ? t.kv_lens[s] : p.kv_capacity;
-    if (len < 0 || len > p.kv_capacity)
-      return invalid_argument(
-          fmt::format("kv_lens[{}] = {} is outside 0 .. kv_capacity = {}", s, len, p.kv_capacity));
     if (Status st = check_pages("k", t.k, p, s, len); !st) return st;
     if (Status st = check_pages("v", t.v, p, s, len); !st) return st;
     // Query i of this sequence is packed row q0 + i of q / out / lse (problem.hpp).
@@ -92,12 +91,18 @@ Status reference_attention(const AttentionProblem& p, const AttentionTensors& t,
           const int64_t i = (r0 + r) / G, h = int64_t{kvh} * G + (r0 + r) % G;
           const int64_t pq = len - nq + i;
           double* lg = logits.data() + r * len;
+          const float* mrow =
+              p.has_mask ? t.mask + (s * p.n_q_tokens + i) * t.mask_stride : nullptr;
           for (int64_t j = 0; j < len; ++j) {
-            const bool hidden = (p.causal && j > pq) || (p.window > 0 && pq - j >= p.window);
+            // A mask of -inf hides the key like causal and window do: its logit is -inf whatever
+            // its K row holds (NaN + -inf would be NaN and poison the maximum).
+            const bool hidden =
+                (p.causal && j > pq) || (p.window > 0 && pq - j >= p.window) ||
+                (mrow != nullptr && mrow[j] == -std::numeric_limits<float>::infinity());
             double x = scale * lg[j];
             if (p.softcap > 0.0f) x = double{p.softcap} * std::tanh(x / double{p.softcap});
             if (p.has_alibi) x += double{t.alibi_slopes[h]} * static_cast<double>(j - pq);
-            if (p.has_mask) x += double{t.mask[(s * p.n_q_tokens + i) * t.mask_stride + j]};
+            if (mrow != nullptr) x += double{mrow[j]};
             lg[j] = hidden ? kNegInf : x;
             m[r] = std::max(m[r], lg[j]);
           }

@@ -193,7 +193,8 @@ Expected<Plan> plan(const AttentionProblem& p, const PlanOptions& opt) {
 }
 
 Status validate(const Plan& plan, const AttentionTensors& t) {
-  if (plan.kernel == nullptr) return invalid_argument("plan.kernel is null: call plan() first");
+  if (plan.kernel == nullptr)
+    return invalid_argument("plan.kernel=NULL is missing (allowed: a plan made by plan())");
   if (Status s = validate(plan.problem, t); !s) return s;
   return plan.kernel->check_tensors ? plan.kernel->check_tensors(plan, t) : Status{};
 }

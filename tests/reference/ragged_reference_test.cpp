@@ -146,9 +146,9 @@ TEST(RaggedReference, BadOffsetsAreInvalidArguments) {
     const char* says;
   };
   const Bad cases[] = {
-      {{2, 3, 10, 43}, "q_offsets[0] = 2"},
-      {{0, 7, 1, 34}, "q_offsets[2] - q_offsets[1] = -6"},
-      {{0, 1, 8, 49}, "q_offsets[3] - q_offsets[2] = 41"},
+      {{2, 3, 10, 43}, "q_offsets[0]=2"},
+      {{0, 7, 1, 34}, "q_offsets[2] - q_offsets[1]=-6"},
+      {{0, 1, 8, 49}, "q_offsets[3] - q_offsets[2]=41"},
   };
   for (const Bad& c : cases) {
     b.offsets = c.offsets;
@@ -159,7 +159,7 @@ TEST(RaggedReference, BadOffsetsAreInvalidArguments) {
   }
   AttentionTensors t = tensors(b, out, lse);
   t.q_offsets = nullptr;
-  EXPECT_THAT(reference_attention(b.p, t).message(), HasSubstr("q_offsets is null"));
+  EXPECT_THAT(reference_attention(b.p, t).message(), HasSubstr("q_offsets=NULL"));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // state rule, finalize).
 #include "backends/cpu/cpu_backend.hpp"
 
+#include <cpuid.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -92,13 +93,11 @@ void parallel_for(const Plan& plan, int64_t n_tasks, F&& f) {
 
 Status run_cpu(const Plan& plan, const AttentionTensors& t, void* workspace, KernelFn kernel) {
   const AttentionProblem& p = plan.problem;  // the tensors passed validate(plan, t) in run()
-  for (int64_t s = 0; t.kv_lens && s < p.n_seqs; ++s)
-    if (t.kv_lens[s] < 0 || t.kv_lens[s] > p.kv_capacity)
-      return invalid_argument(fmt::format("kv_lens[{}] = {} is outside 0 .. kv_capacity = {}", s,
-                                          t.kv_lens[s], p.kv_capacity));
+  if (Status s = validate_kv_lens(p, t.kv_lens); !s) return s;
   if (Status s = validate_q_offsets(p, t.q_offsets); !s) return s;
   if (workspace == nullptr && plan.workspace_bytes > 0)
-    return invalid_argument("workspace is null but the plan needs workspace_bytes > 0");
+    return invalid_argument(
+        "workspace=NULL is missing (allowed: a buffer of the plan's workspace_bytes > 0)");
 
   const Layout L = make_layout(p, plan.n_threads);
   auto* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(workspace) + kAlign - 1) /
@@ -265,11 +264,16 @@ std::optional<std::string> reject_paged(const AttentionProblem& p) {
 }
 
 #if defined(KVFLASH_CPU_AVX512)
+// F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
+bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
 bool cpu_has_avx512() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
+         cpu_has_f16c() && __builtin_cpu_supports("fma");
 }
 std::optional<std::string> reject_no_avx512(const AttentionProblem&) {
   static const bool ok = cpu_has_avx512();
