@@ -25,7 +25,8 @@
  *   if mask = -inf:   key hidden (whatever its K row holds)
  * out = softmax over the visible keys (and the sink logit sinks[h], which has no value) of s,
  * times V. A hidden key has no effect: whatever its K and V rows hold (NaN and inf included),
- * it never reaches the output. A query that sees no key and has no sink (or a sink of -inf)
+ * it never reaches the output (CUDA kernels: a key hidden from every query row of an MMA tile;
+ * kvflash/problem.hpp says more). A query that sees no key and has no sink (or a sink of -inf)
  * returns zeros and lse = -inf.
  */
 #ifndef KVFLASH_KVFLASH_H_

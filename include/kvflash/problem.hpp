@@ -17,10 +17,13 @@
 //   if mask = -inf:   key hidden (whatever its K row holds)
 // out = softmax over the visible keys (and the sink logit sink[h], which has no value) of s,
 // times V. A hidden key has no effect at all: whatever its K and V rows hold (NaN and inf
-// included), the reference and the CPU kernels never let it reach the output (the CUDA kernels
-// do not hold this yet: a -inf mask over a NaN K, or 0 * NaN in their P.V MMAs; issue 40). A query
-// that sees no key and has no sink (or a sink of -inf) returns zeros and lse = -inf (state.hpp's
-// empty-state rule).
+// included), the reference and the CPU kernels never let it reach the output. The CUDA kernels
+// multiply P.V on tensor cores, a tile of query rows at once: a key hidden from every row of the
+// tile never reaches the output (its V operands are zeroed), which covers every hidden key of a
+// one-token decode and the keys an engine leaves unwritten (masked for every query, outside the
+// window); a key hidden from some rows of a tile and visible to others is data that call reads,
+// and a NaN in it can reach the rows of that tile that do not see it. A query that sees no key
+// and has no sink (or a sink of -inf) returns zeros and lse = -inf (state.hpp's empty-state rule).
 #pragma once
 
 #include <array>
