@@ -532,12 +532,25 @@ void pv_keys(const AttendParams& p, const Context& ctx, const float* probs, cons
     pv_all<1>(probs + r * kKeyChunk + a, b - a, vt, dv, p.o + static_cast<int64_t>(r) * dv);
 }
 
+// Whether a V row holds only finite values (so that 0 * it adds nothing): any all-ones exponent
+// (NaN or inf) fails it. Integer bits, so that it vectorizes without reassociating floats.
+inline bool finite_row(const float* v, int32_t dv) {
+  uint32_t bad = 0;
+  for (int32_t d = 0; d < dv; ++d) {
+    uint32_t bits;
+    std::memcpy(&bits, v + d, sizeof bits);
+    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad == 0;
+}
+
 // o[r] += probs[r][j] * V[j] for the chunk's n keys, where a key some row does not see (weight
 // 0: hidden by causal, window or a -inf mask, or below exp_neg's range) never enters that row as
-// 0 * V: a NaN or inf in a hidden key's V row would make it NaN. A chunk whose keys every row
-// weighs (decode away from the range's edges) goes through the fast path whole; otherwise keys of
-// weight 0 in every row are skipped, runs of keys without a 0 go through the fast path, and a
-// key of weight 0 in some rows only is added row by row to the rows that weigh it.
+// 0 * V when that could change it: a NaN or inf in a hidden key's V row would make the row NaN.
+// Keys of weight 0 in every row are skipped; the others go through the fast path in runs, a key
+// of weight 0 in some rows included when its V row is finite (0 * V adds exactly nothing then:
+// the diagonal of a causal prefill stays on the fast path); only a non-finite V row of such a key
+// is added row by row to the rows that weigh it.
 void pv_chunk(const AttendParams& p, const Context& ctx, const float* probs, float* vtile,
               int64_t c0, int32_t n) {
   int32_t zeros[kKeyChunk] = {};  // rows that give key j weight 0
@@ -547,26 +560,30 @@ void pv_chunk(const AttendParams& p, const Context& ctx, const float* probs, flo
   for (int32_t j = 0; j < n; ++j) any |= zeros[j];
   if (any == 0) return pv_keys(p, ctx, probs, vtile, c0, 0, n);
   const int32_t dv = p.dv;
+  // Key j's V row: in the tile, or dequantized into vtile (the fused path reads its V rows per
+  // key and has no tile, so vtile is free there).
+  const auto v_row = [&](int32_t j) -> const float* {
+    if (!ctx.pv) return vtile + static_cast<int64_t>(j) * dv;
+    ctx.deq_v(p.v + (c0 + j) * p.v_stride, p.v_stride, 1, dv, vtile, dv, kLanes, ctx.cv.c,
+              Prefetch{});
+    return vtile;
+  };
+  const auto fast = [&](int32_t j) {
+    return zeros[j] == 0 || (zeros[j] < p.n_rows && finite_row(v_row(j), dv));
+  };
   for (int32_t j = 0; j < n;) {
     if (zeros[j] == p.n_rows) {
       ++j;
       continue;
     }
-    if (zeros[j] == 0) {
-      int32_t e = j + 1;
-      while (e < n && zeros[e] == 0) ++e;
+    int32_t e = j;
+    while (e < n && fast(e)) ++e;
+    if (e > j) {
       pv_keys(p, ctx, probs, vtile, c0, j, e);
       j = e;
       continue;
     }
-    // One row of V, from the tile or dequantized here (the fused path has no tile; its V rows are
-    // read per key, so vtile is free).
-    const float* vr = vtile + static_cast<int64_t>(j) * dv;
-    if (ctx.pv) {
-      ctx.deq_v(p.v + (c0 + j) * p.v_stride, p.v_stride, 1, dv, vtile, dv, kLanes, ctx.cv.c,
-                Prefetch{});
-      vr = vtile;
-    }
+    const float* vr = v_row(j);
     for (int32_t r = 0; r < p.n_rows; ++r) {
       const float w = probs[r * kKeyChunk + j];
       if (w == 0.0f) continue;
