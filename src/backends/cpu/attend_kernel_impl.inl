@@ -11,9 +11,12 @@
 // attend_vnni.inl); other calls (more rows, prefill tiles) dequantize K and V into small tiles
 // first (this file).
 // Internal functions pass 64-byte vectors by value; their ABI never crosses this file. GCC 12
-// also reports the deliberately undefined upper parts inside its own AVX-512 intrinsics.
+// also reports the deliberately undefined upper parts inside its own AVX-512 intrinsics. Clang
+// reports neither (and knows no -Wmaybe-uninitialized).
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wpsabi"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -609,7 +612,7 @@ void attend_head(const AttendParams& p, const Context& ctx, [[maybe_unused]] con
         if (!whole) {
           v16i pos;
           for (int k = 0; k < kLanes; ++k) pos[k] = c * kLanes + k;
-          s[c] = (pos < jlo) | (pos > jhi) ? splat(kNegInf) : s[c];
+          s[c] = ((pos < jlo) | (pos > jhi)) ? splat(kNegInf) : s[c];
         }
         mx = mx > s[c] ? mx : s[c];
       }

@@ -4,6 +4,9 @@
 #include "backends/cpu/cpu_backend.hpp"
 
 #include <fmt/format.h>
+#if defined(KVFLASH_CPU_AVX512)
+#include <cpuid.h>
+#endif
 
 #include <algorithm>
 #include <cstring>
@@ -249,11 +252,16 @@ std::optional<std::string> reject_paged(const AttentionProblem& p) {
 }
 
 #if defined(KVFLASH_CPU_AVX512)
+// F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
+bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
 bool cpu_has_avx512() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
+         cpu_has_f16c() && __builtin_cpu_supports("fma");
 }
 std::optional<std::string> reject_no_avx512(const AttentionProblem&) {
   static const bool ok = cpu_has_avx512();
