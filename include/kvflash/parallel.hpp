@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "kvflash/export.h"
+
 namespace kvflash {
 
 // One task of a loop: task in [0, n_tasks), thread in [0, n_threads) (the slot whose scratch it
@@ -40,7 +42,7 @@ class WorkerPool;
 // Without PlanOptions::parallel_for, the CPU kernels use one process-wide pool of the hardware
 // threads (ThreadPool::process()); an engine that wants its own (per model, per NUMA node) makes
 // one and passes pool.parallel_for().
-class ThreadPool {
+class KVFLASH_API ThreadPool {
  public:
   explicit ThreadPool(int32_t n_threads = 0, int32_t spin_us = 0);  // 0 threads: hardware threads
   ~ThreadPool();

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kvflash/export.h"
 #include "kvflash/formats.hpp"
 #include "kvflash/state.hpp"  // KVFLASH_HD
 #include "kvflash/status.hpp"
@@ -60,7 +61,7 @@ struct SupportedSpace {
   static constexpr int32_t max_q_heads = 1024;
 };
 
-struct AttentionProblem {
+struct KVFLASH_API AttentionProblem {
   int32_t n_seqs = 1;      // sequences in the batch
   int32_t n_q_tokens = 1;  // query tokens per sequence: 1 decode, 2..8 speculative, more prefill
   int32_t n_q_heads = 32;
@@ -95,9 +96,9 @@ struct AttentionProblem {
 
 // Names the first offending field (in declaration order), its value and the allowed values, in
 // the one message style of the library: "field=value problem (allowed: ...)".
-Status validate(const AttentionProblem& p);
+KVFLASH_API Status validate(const AttentionProblem& p);
 // One line, e.g. "seqs=1 q=1 heads=32/8 d=128/128 k=q8_0 v=q4_0 kv=32768 causal".
-std::string describe(const AttentionProblem& p);
+KVFLASH_API std::string describe(const AttentionProblem& p);
 
 // A K or V cache in host or device memory: row (seq, token, head) starts at
 //   data + seq * stride_seq + token * stride_token + head * stride_head   (bytes)
@@ -148,8 +149,8 @@ KVFLASH_HD int64_t kv_row_offset(const KvTensor& kv, int32_t page_size, int64_t 
 }
 
 // Contiguous (seq, token, head, dim) layout for a cache of `capacity` tokens.
-KvTensor kv_tensor_contiguous(const void* data, KvType t, int32_t head_dim, int32_t n_kv_heads,
-                              int64_t capacity);
+KVFLASH_API KvTensor kv_tensor_contiguous(const void* data, KvType t, int32_t head_dim,
+                                          int32_t n_kv_heads, int64_t capacity);
 // Pages a sequence of `capacity` tokens spans with pages of `page_size` tokens (0 when
 // page_size is 0: contiguous).
 constexpr int64_t pages_per_seq(int64_t capacity, int32_t page_size) {
@@ -158,9 +159,9 @@ constexpr int64_t pages_per_seq(int64_t capacity, int32_t page_size) {
 // Paged layout: n_pages pages of (page_size tokens, n_kv_heads heads) rows, tokens a multiple of
 // 4 bytes apart, each page starting at a multiple of 16 bytes; `page_table` holds pages_per_seq
 // entries per sequence.
-KvTensor kv_tensor_paged(const void* data, KvType t, int32_t head_dim, int32_t n_kv_heads,
-                         int32_t page_size, int64_t n_pages, const int32_t* page_table,
-                         int32_t pages_per_seq);
+KVFLASH_API KvTensor kv_tensor_paged(const void* data, KvType t, int32_t head_dim,
+                                     int32_t n_kv_heads, int32_t page_size, int64_t n_pages,
+                                     const int32_t* page_table, int32_t pages_per_seq);
 
 struct AttentionTensors {
   const float* q = nullptr;             // (n_seqs, n_q_tokens, n_q_heads, head_dim.k)
@@ -197,7 +198,7 @@ struct AttentionTensors {
 // aligned (floats), kv_lens 8-byte and q_offsets 4-byte aligned, K and V by KvTensor's rules,
 // mask_stride >= kv_capacity with an addressable last element. All arithmetic is overflow
 // checked. Reads no tensor memory (a CUDA plan's tensors are on the device).
-Status validate(const AttentionProblem& p, const AttentionTensors& t);
+KVFLASH_API Status validate(const AttentionProblem& p, const AttentionTensors& t);
 
 // Sequence seq's query rows, the one layout formula every reader uses (reference, CPU kernels,
 // CUDA kernels, tools): the first packed row of q / out / lse (in query tokens: the row of query
@@ -213,14 +214,14 @@ KVFLASH_HD int32_t q_len(const int32_t* q_offsets, int32_t n_q_tokens, int64_t s
 }
 // Packed query rows (tokens) of q / out / lse: q_offsets[n_seqs] when ragged, else
 // n_seqs * n_q_tokens. Host memory.
-int64_t q_total_rows(const AttentionProblem& p, const int32_t* q_offsets);
+KVFLASH_API int64_t q_total_rows(const AttentionProblem& p, const int32_t* q_offsets);
 
 // Host-memory checks of what validate(p, t) does not read: the ragged offsets (q_offsets[0] = 0,
 // non-decreasing, each step 0 .. n_q_tokens). Readers of host tensors (the reference, the CPU
 // backend, the C API) call it before reading; nothing to check without ragged_q.
-Status validate_q_offsets(const AttentionProblem& p, const int32_t* q_offsets);
+KVFLASH_API Status validate_q_offsets(const AttentionProblem& p, const int32_t* q_offsets);
 // Host-memory check of the sequence lengths: each kv_lens[s] in 0 .. kv_capacity (nullptr: every
 // sequence is full, nothing to check).
-Status validate_kv_lens(const AttentionProblem& p, const int64_t* kv_lens);
+KVFLASH_API Status validate_kv_lens(const AttentionProblem& p, const int64_t* kv_lens);
 
 }  // namespace kvflash

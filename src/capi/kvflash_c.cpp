@@ -351,14 +351,10 @@ const char* kvflash_status_string(int status) {
   return "unknown";
 }
 
-#define KVFLASH_STR_(x) #x
-#define KVFLASH_STR(x) KVFLASH_STR_(x)
+// project(kvflash VERSION ...) in CMakeLists.txt, through the generated kvflash/version.h.
 const char* kvflash_version(void) {
-  return KVFLASH_STR(KVFLASH_VERSION_MAJOR) "." KVFLASH_STR(KVFLASH_VERSION_MINOR) "." KVFLASH_STR(
-      KVFLASH_VERSION_PATCH);
+  return KVFLASH_VERSION_STRING;
 }
-#undef KVFLASH_STR
-#undef KVFLASH_STR_
 
 kvflash_type kvflash_type_from_name(const char* name) {
   kvflash_type result = KVFLASH_TYPE_INVALID;

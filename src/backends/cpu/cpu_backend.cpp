@@ -5,6 +5,9 @@
 
 #include <cpuid.h>
 #include <fmt/format.h>
+#if defined(KVFLASH_CPU_AVX512)
+#include <cpuid.h>
+#endif
 
 #include <algorithm>
 #include <cstring>
