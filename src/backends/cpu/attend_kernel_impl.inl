@@ -15,7 +15,6 @@
 // reports neither (and knows no -Wmaybe-uninitialized).
 #if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wpsabi"
-#if !defined(__clang__)  // a GCC-only warning; clang would warn that it does not know it
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 

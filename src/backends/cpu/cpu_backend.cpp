@@ -3,7 +3,6 @@
 // state rule, finalize).
 #include "backends/cpu/cpu_backend.hpp"
 
-#include <cpuid.h>
 #include <fmt/format.h>
 #if defined(KVFLASH_CPU_AVX512)
 #include <cpuid.h>
