@@ -251,8 +251,9 @@ void plan_cpu(Plan& plan) {
 
 std::optional<std::string> reject_prefill_sized(const AttentionProblem& p) {
   if (p.n_q_tokens > kDecodeMaxQTokens)
-    return fmt::format("n_q_tokens = {} > {} (decode kernels take 1..{} query tokens)",
-                       p.n_q_tokens, kDecodeMaxQTokens, kDecodeMaxQTokens);
+    return fmt::format(
+        "n_q_tokens={} is above {} (allowed: 1 .. {}, the decode kernels' query tokens)",
+        p.n_q_tokens, kDecodeMaxQTokens, kDecodeMaxQTokens);
   return std::nullopt;
 }
 
@@ -260,8 +261,8 @@ std::optional<std::string> reject_prefill_sized(const AttentionProblem& p) {
 std::optional<std::string> reject_paged(const AttentionProblem& p) {
   if (p.page_size == 0) return std::nullopt;
   return fmt::format(
-      "page_size = {}: the CPU kernels read contiguous (token-strided) caches only; paged caches "
-      "are read by cuda.decode and cpu.reference",
+      "page_size={} is paged (allowed: 0; the CPU kernels read contiguous, token-strided caches; "
+      "paged ones are read by cuda.decode, cuda.prefill and cpu.reference)",
       p.page_size);
 }
 

@@ -91,8 +91,8 @@ struct Timeline {
 
 std::optional<std::string> reject_q_tokens(const AttentionProblem& p) {
   if (p.n_q_tokens <= kMaxDecodeQTokens) return std::nullopt;
-  return fmt::format("n_q_tokens = {} is above {} (decode and speculative steps only)",
-                     p.n_q_tokens, kMaxDecodeQTokens);
+  return fmt::format("n_q_tokens={} is above {} (allowed: 1 .. {}, decode and speculative steps)",
+                     p.n_q_tokens, kMaxDecodeQTokens, kMaxDecodeQTokens);
 }
 
 std::optional<std::string> reject_ragged(const AttentionProblem& p) {
@@ -102,7 +102,8 @@ std::optional<std::string> reject_ragged(const AttentionProblem& p) {
 
 std::optional<std::string> reject_grid(const AttentionProblem& p) {
   if (p.n_seqs > 65535)
-    return fmt::format("n_seqs = {} is above 65535 (one grid dimension)", p.n_seqs);
+    return fmt::format("n_seqs={} is above 65535 (allowed: 1 .. 65535, one grid dimension)",
+                       p.n_seqs);
   return std::nullopt;
 }
 

@@ -30,8 +30,9 @@ constexpr size_t kStaticSmemBytes = 256;
 // per-sequence query counts).
 std::optional<std::string> reject_q_tokens(const AttentionProblem& p) {
   if (p.n_q_tokens >= kMinPrefillQTokens || p.ragged_q) return std::nullopt;
-  return fmt::format("n_q_tokens = {} is below {} (cuda.decode serves 1..{})", p.n_q_tokens,
-                     kMinPrefillQTokens, kMinPrefillQTokens - 1);
+  return fmt::format(
+      "n_q_tokens={} is below {} (allowed: {} and up, or ragged_q; cuda.decode serves 1 .. {})",
+      p.n_q_tokens, kMinPrefillQTokens, kMinPrefillQTokens, kMinPrefillQTokens - 1);
 }
 
 std::optional<std::string> reject_head_dim(const AttentionProblem& p) {
@@ -45,9 +46,11 @@ std::optional<std::string> reject_head_dim(const AttentionProblem& p) {
 
 std::optional<std::string> reject_grid(const AttentionProblem& p) {
   if (p.n_seqs > 65535)
-    return fmt::format("n_seqs = {} is above 65535 (one grid dimension)", p.n_seqs);
+    return fmt::format("n_seqs={} is above 65535 (allowed: 1 .. 65535, one grid dimension)",
+                       p.n_seqs);
   if (p.n_kv_heads > 65535)
-    return fmt::format("n_kv_heads = {} is above 65535 (one grid dimension)", p.n_kv_heads);
+    return fmt::format("n_kv_heads={} is above 65535 (allowed: 1 .. 65535, one grid dimension)",
+                       p.n_kv_heads);
   return std::nullopt;
 }
 
