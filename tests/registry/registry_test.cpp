@@ -164,7 +164,7 @@ TEST(Registry, ForcedKernelWhoseGuardRejectsFailsWithTheGuard) {
   ASSERT_FALSE(k.ok());
   EXPECT_EQ(k.error().code, ErrorCode::unsupported);
   EXPECT_THAT(k.error().message, HasSubstr("decode_q_tokens"));
-  EXPECT_THAT(k.error().message, HasSubstr("n_q_tokens = 9"));
+  EXPECT_THAT(k.error().message, HasSubstr("n_q_tokens=9"));
 }
 
 TEST(Registry, UnknownForcedNameListsTheCandidates) {
