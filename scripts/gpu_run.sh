@@ -229,11 +229,16 @@ if [ -n "${KVFLASH_GPU_PROFILE:-}" ]; then
     ncu -i "$out/q4_0_1M.ncu-rep" --page source --csv --print-source sass \
       > "$out/q4_0_1M_sass.csv" 2>> "$out/q4_0_1M.log"
   echo "source page rc=$? ($(wc -l < "$out/q4_0_1M_sass.csv" 2>/dev/null) lines)"
-  obj=build/gpu/src/backends/cuda/CMakeFiles/kvflash_cuda.dir/decode/instances
+  # This build's instances (KVFLASH_CUDA_ALL_PAIRS): one object per K type and row count.
+  obj=build/gpu/src/backends/cuda/CMakeFiles/kvflash_cuda.dir/decode/instances/all_pairs
   # Each function whole: from its header to the next function's (the first EXIT is an early one).
   fn() { awk -v f="$1" '/Function : /{p = index($0, f) > 0} p'; }
-  { cuobjdump -sass "$obj/decode_k_q4_0.cu.o" | fn decode_kernelILNS_6KvTypeE4ELS3_4E
-    cuobjdump -sass "$obj/decode_k_f16.cu.o" | fn decode_kernelILNS_6KvTypeE1ELS3_1E
+  { for o in "$obj"/decode_k_q4_0_r*.cu.o; do
+      cuobjdump -sass "$o" | fn decode_kernelILNS_6KvTypeE4ELS3_4E
+    done
+    for o in "$obj"/decode_k_f16_r*.cu.o; do
+      cuobjdump -sass "$o" | fn decode_kernelILNS_6KvTypeE1ELS3_1E
+    done
   } > "$out/sass.txt" 2>&1
   echo "profile: $(grep -c . "$out/profile.txt") lines, sass: $(grep -c . "$out/sass.txt") lines"
 fi
