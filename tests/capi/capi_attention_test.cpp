@@ -24,34 +24,7 @@ using kvflash::KvType;
 
 using kvflash::capi_test::c_type;
 using kvflash::capi_test::last_error;
-
-kvflash_problem to_c(const kvflash::AttentionProblem& p) {
-  kvflash_problem c = kvflash_problem_default();
-  c.n_seqs = p.n_seqs;
-  c.n_q_tokens = p.n_q_tokens;
-  c.n_q_heads = p.n_q_heads;
-  c.n_kv_heads = p.n_kv_heads;
-  c.head_dim.k = p.head_dim.k;
-  c.head_dim.v = p.head_dim.v;
-  c.k_type = c_type(p.k_type);
-  c.v_type = c_type(p.v_type);
-  c.kv_capacity = p.kv_capacity;
-  c.scale = p.scale;
-  c.causal = p.causal;
-  c.has_mask = p.has_mask;
-  c.window = p.window;
-  c.softcap = p.softcap;
-  c.has_sinks = p.has_sinks;
-  c.has_alibi = p.has_alibi;
-  c.page_size = p.page_size;
-  c.ragged_q = p.ragged_q;
-  return c;
-}
-
-kvflash_kv_tensor to_c(const kvflash::KvTensor& t) {
-  return {t.data,       t.stride_token,  t.stride_head, t.stride_seq,
-          t.page_table, t.pages_per_seq, t.n_pages,     t.stride_page};
-}
+using kvflash::capi_test::to_c;
 
 kvflash::AttentionProblem cpu_problem() {
   kvflash::AttentionProblem p;
@@ -420,18 +393,9 @@ struct Case {
   }
 
   kvflash_tensors c_tensors(float* out, float* lse) const {
-    kvflash_tensors t{};
-    t.q = tensors.q;
-    t.k = to_c(tensors.k);
-    t.v = to_c(tensors.v);
-    t.kv_lens = tensors.kv_lens;
-    t.mask = tensors.mask;
-    t.mask_stride = tensors.mask_stride;
-    t.sinks = tensors.sinks;
-    t.alibi_slopes = tensors.alibi_slopes;
+    kvflash_tensors t = to_c(tensors);
     t.out = out;
     t.lse = lse;
-    t.q_offsets = tensors.q_offsets;
     return t;
   }
 };

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "capi/capi_test_util.hpp"
 #include "kvflash/formats.hpp"
 #include "kvflash/kvflash.h"
 #include "kvflash/problem.hpp"
@@ -24,6 +25,7 @@
 namespace {
 
 using kvflash::KvType;
+using kvflash::capi_test::to_c;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 [[noreturn]] void fail(const std::string& what, const kvflash::AttentionProblem& p) {
@@ -46,37 +48,6 @@ void poison_row(KvType t, uint8_t* row, int32_t dim, bool nan) {
     const size_t bytes = kvflash::row_size(t, dim), block = kvflash::row_size(t, 1);
     for (size_t b = 0; b < bytes; b += block) std::memcpy(row + b, &h, 2);
   }
-}
-
-kvflash_problem to_c(const kvflash::AttentionProblem& p) {
-  kvflash_problem c = kvflash_problem_default();
-  c.n_seqs = p.n_seqs;
-  c.n_q_tokens = p.n_q_tokens;
-  c.n_q_heads = p.n_q_heads;
-  c.n_kv_heads = p.n_kv_heads;
-  c.head_dim = {p.head_dim.k, p.head_dim.v};
-  c.k_type = static_cast<kvflash_type>(static_cast<int>(p.k_type));
-  c.v_type = static_cast<kvflash_type>(static_cast<int>(p.v_type));
-  c.kv_capacity = p.kv_capacity;
-  c.scale = p.scale;
-  c.causal = p.causal;
-  c.has_mask = p.has_mask;
-  c.window = p.window;
-  c.softcap = p.softcap;
-  c.has_sinks = p.has_sinks;
-  c.has_alibi = p.has_alibi;
-  c.page_size = 0;
-  c.ragged_q = p.ragged_q;
-  return c;
-}
-
-kvflash_kv_tensor to_c(const kvflash::KvTensor& t) {
-  kvflash_kv_tensor c{};
-  c.data = t.data;
-  c.stride_token = t.stride_token;
-  c.stride_head = t.stride_head;
-  c.stride_seq = t.stride_seq;
-  return c;
 }
 
 }  // namespace
@@ -189,16 +160,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!rs) fail("reference refused: " + rs.message(), p);
 
   const kvflash_problem cp = to_c(p);
-  kvflash_tensors ct{};
-  ct.q = t.q;
-  ct.k = to_c(t.k);
-  ct.v = to_c(t.v);
-  ct.kv_lens = t.kv_lens;
-  ct.mask = t.mask;
-  ct.mask_stride = t.mask_stride;
-  ct.sinks = t.sinks;
-  ct.alibi_slopes = t.alibi_slopes;
-  ct.q_offsets = t.q_offsets;
+  kvflash_tensors ct = to_c(t);
   std::vector<float> out(ref_out.size()), lse(ref_lse.size());
   ct.out = out.data();
   ct.lse = lse.data();

@@ -86,7 +86,7 @@ void parallel_for(const Plan& plan, int64_t n_tasks, F&& f) {
   const ParallelTask task = [](void* ctx, int64_t i, int32_t thread) {
     (*static_cast<Fn*>(ctx))(i, thread);
   };
-  void* ctx = const_cast<void*>(static_cast<const void*>(&f));
+  void* ctx = &f;
   if (plan.parallel_for)
     plan.parallel_for.run(plan.parallel_for.user, n_tasks, plan.n_threads, task, ctx);
   else
