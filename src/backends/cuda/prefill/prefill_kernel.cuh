@@ -125,20 +125,14 @@ __device__ __forceinline__ void convert_tile(const PrefillParams& p, const TileC
 template <KvType T>
 __device__ __forceinline__ void decode_tile(const uint8_t* raw, const uint8_t* leads, int slot,
                                             uint8_t* dst, int stride, int dc,
-                                            const TurboLut<T>& lut_smem, const FastDiv& div_items,
-                                            int tid) {
+                                            const FastDiv& div_items, int tid) {
   {
     // Work items: (row, 32-dim block b, thread slot t): decode's K fragment decoders give the
     // eight values as f16 pairs (turbo: centroids, times the group's norm here), k_frag_dim_words
     // puts them in dim order.
     const int per_row = dc / 32 * 4, total = kTileKeys * per_row;
-    // The codebook's byte tables from shared memory, loaded here: as constants the compiler kept
-    // K's and V's (16 registers) live through the whole tile loop.
     TurboLut<T> tlut;
-    if constexpr (is_rotated(T)) tlut = lut_smem;
-      // One item at a time: the accumulators of two M tiles are live around this loop, and an
-      // unrolled one spilled them.
-#pragma unroll 1
+    if constexpr (is_rotated(T)) tlut.init();
     for (int i = tid; i < total; i += kThreads) {
       const int r = fdiv(i, div_items), bt = i - r * per_row, b = bt >> 2, t = bt & 3;
       const uint8_t* src = raw + r * slot + leads[r];
@@ -168,56 +162,44 @@ __device__ __forceinline__ void decode_tile(const uint8_t* raw, const uint8_t* l
   }
 }
 
-// Row r of the CTA's Q block (f32, head_dim.k values) in q.
-__device__ __forceinline__ const float* q_row_ptr(const PrefillParams& p, const PrefillCta& cta,
-                                                  int r) {
-  const int rr = cta.row0 + r, tok = fdiv(rr, p.div_group);
-  const int qh = cta.kvh * p.group + rr - tok * p.group;
-  return p.q + ((cta.q_row0 + tok) * p.n_q_heads + qh) * p.dk;
-}
-
-// Turbo K: Q's rows rotated group by group (each warp its own rows, through its scratch group)
-// into the f16 operand tile. Not inlined: inside the kernel its registers pushed the two-M-tile
-// instances of turbo2/turbo3 K past 255 (a spill), and it runs once per CTA.
-template <int kRows>
-__device__ __noinline__ void stage_q_rotated(const PrefillParams& p, const PrefillCta& cta,
-                                             uint8_t* sq, float* scratch,
-                                             const uint32_t* sign_words, int tid) {
-  constexpr int kWarpRows = kRows / kWarps;
-  const int lane = tid & 31, warp = tid >> 5;
-  for (int r = warp * kWarpRows; r < (warp + 1) * kWarpRows; ++r) {
-    const bool ok = cta.row0 + r < cta.row_end;
-    const float* q = ok ? q_row_ptr(p, cta, r) : nullptr;
-    for (int g0 = 0; g0 < p.dkc; g0 += 128) {
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int d = g0 + lane + 32 * k;
-        scratch[lane + 32 * k] = ok && d < p.dk ? q[d] : 0.0f;
-      }
-      forward_rotate_group(scratch, lane, sign_words);
-      __half* dst = reinterpret_cast<__half*>(sq + r * p.q_stride) + g0;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) dst[lane + 32 * k] = __float2half_rn(scratch[lane + 32 * k]);
-      __syncwarp();
-    }
-  }
-}
-
 // Q's rows of the CTA (kRows of them) into the operand tile (16-bit, K's MMA type), zero past
-// the rows and dims; for turbo K rotated (stage_q_rotated).
+// the rows and dims; for turbo K rotated group by group (each warp its own rows, through its
+// scratch group).
 template <KvType KT, int kRows>
 __device__ __forceinline__ void stage_q(const PrefillParams& p, const PrefillCta& cta, uint8_t* sq,
                                         float* scratch, const uint32_t* sign_words, int tid) {
   constexpr bool kBf16 = KT == KvType::bf16;
+  const auto q_row = [&](int r) -> const float* {
+    const int rr = cta.row0 + r, tok = fdiv(rr, p.div_group);
+    const int qh = cta.kvh * p.group + rr - tok * p.group;
+    return p.q + ((cta.q_row0 + tok) * p.n_q_heads + qh) * p.dk;
+  };
   if constexpr (is_rotated(KT)) {
-    stage_q_rotated<kRows>(p, cta, sq, scratch, sign_words, tid);
+    constexpr int kWarpRows = kRows / kWarps;
+    const int lane = tid & 31, warp = tid >> 5;
+    for (int r = warp * kWarpRows; r < (warp + 1) * kWarpRows; ++r) {
+      const bool ok = cta.row0 + r < cta.row_end;
+      const float* q = ok ? q_row(r) : nullptr;
+      for (int g0 = 0; g0 < p.dkc; g0 += 128) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int d = g0 + lane + 32 * k;
+          scratch[lane + 32 * k] = ok && d < p.dk ? q[d] : 0.0f;
+        }
+        forward_rotate_group(scratch, lane, sign_words);
+        __half* dst = reinterpret_cast<__half*>(sq + r * p.q_stride) + g0;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) dst[lane + 32 * k] = __float2half_rn(scratch[lane + 32 * k]);
+        __syncwarp();
+      }
+    }
   } else {
     const int per_row = p.dkc / 4, total = kRows * per_row;
     for (int i = tid; i < total; i += kThreads) {
       const int r = i / per_row, d = 4 * (i - r * per_row);
       float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
       if (cta.row0 + r < cta.row_end && d < p.dk) {
-        const float* q = q_row_ptr(p, cta, r) + d;
+        const float* q = q_row(r) + d;
         if (p.q_vec4) {
           v = *reinterpret_cast<const float4*>(q);
         } else {
@@ -259,11 +241,11 @@ __device__ __forceinline__ void qk_tile(float (&s)[kMT][8][4], uint32_t sq_addr,
 }
 
 // The scores of one M tile into base-2 logits: scale, softcap, ALiBi, mask, and where the tile
-// needs it the visibility test (causal, window, the range's end) as -inf. row_g: the lane's row g
-// of the M tile (its other row is row_g + 8).
+// needs it the visibility test (causal, window, the range's end) as -inf. rr: the lane's two rows
+// (g, g + 8) of the M tile.
 __device__ __forceinline__ void score_tile(const PrefillParams& p, const PrefillCta& cta,
-                                           float (&s)[8][4], int row_g, int64_t k0, bool masked,
-                                           int t) {
+                                           float (&s)[8][4], const int (&rr)[2], int64_t k0,
+                                           bool masked, int t) {
   const bool extras = p.softcap > 0.0f || p.has_alibi || p.has_mask;
   if (!extras && !masked) {
 #pragma unroll
@@ -274,7 +256,7 @@ __device__ __forceinline__ void score_tile(const PrefillParams& p, const Prefill
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int row = min(row_g + 8 * r, cta.row_end - 1), tok = fdiv(row, p.div_group);
+    const int row = min(rr[r], cta.row_end - 1), tok = fdiv(row, p.div_group);
     const int64_t pq = cta.first_q + tok;
     const float slope = p.has_alibi ? p.alibi[cta.kvh * p.group + row - tok * p.group] : 0.0f;
     const float* mask =
@@ -350,20 +332,21 @@ __device__ __forceinline__ void pack_p(uint4 (&pa)[4], const float (&s)[8][4]) {
 }
 
 // O += P.V for the warp's kMT M tiles: V's B operands by transposed ldmatrix, each feeding every
-// M tile. hidden_keys: the tile may hold keys that no row of the warp weighs (masked, outside the
+// M tile. kHiddenKeys: the tile may hold keys that no row of the warp weighs (masked, outside the
 // window or the range): their V operands are zeroed (weighed_keys), so that whatever those V rows
-// hold (NaN or inf in an engine's unused cells) never enters O as 0 * V.
-template <bool kBf16, int kMT, int kVt>
+// hold (NaN or inf in an engine's unused cells) never enters O as 0 * V. A compile-time switch:
+// the masking between each ldmatrix and its MMAs, on every tile, cost the d256 kernel 28% and the
+// d128 one 5% on an H100 (docs/cuda-prefill.md), so tiles with every key visible go without it.
+template <bool kBf16, int kMT, int kVt, bool kHiddenKeys>
 __device__ __forceinline__ void pv_tile(float (&o)[kMT][kVt][4], const uint4 (&pa)[kMT][4],
-                                        uint32_t sv_addr, int v_stride, int dvc, int lane,
-                                        bool hidden_keys) {
+                                        uint32_t sv_addr, int v_stride, int dvc, int lane) {
   const uint32_t b_base =
       sv_addr + ((lane & 7) + (((lane >> 3) & 1) << 3)) * v_stride + (lane >> 4) * 16;
 #pragma unroll
   for (int kc = 0; kc < 4; ++kc) {
     // Keys 2t, 2t + 1 (b.x, b.z) and 2t + 8, 2t + 9 (b.y, b.w) of this 16-key step.
     uint32_t keep01 = 0xffffffffu, keep23 = 0xffffffffu;
-    if (hidden_keys) {
+    if constexpr (kHiddenKeys) {
       uint32_t or01 = 0, or23 = 0;
 #pragma unroll
       for (int m = 0; m < kMT; ++m) {
@@ -407,8 +390,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ uint32_t sign_words[4];
-  __shared__ TurboLut<KT> lut_k;
-  __shared__ TurboLut<VT> lut_v;
   __shared__ int bad_input;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -431,17 +412,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   cta.keys = prefill_key_range(cta.len, p.kv_capacity, cta.q_len, p.group, p.causal, p.window,
                                cta.row0, cta.row_end);
   if (tid < 4) sign_words[tid] = sign_word(tid);
-  if (tid == 0) {
-    lut_k.init();
-    lut_v.init();
-  }
   if (tid == 0) bad_input = cta.len < 0 || cta.len > p.kv_capacity;
   __syncthreads();
 
   uint8_t* const sq = smem + p.q_off;
   const auto stage = [&](int s) { return smem + s * p.stage_bytes; };
-  const auto issue = [&](int64_t k0, int which) {
-    uint8_t* st = stage(which);
+  const int64_t n_tiles = (cta.keys.hi - cta.keys.lo + kTileKeys - 1) / kTileKeys;
+  const auto issue = [&](int64_t j) {
+    uint8_t* st = stage(static_cast<int>(j & 1));
+    const int64_t k0 = cta.keys.lo + j * kTileKeys;
     if constexpr (kModeK != TileMode::convert)
       issue_tile<kModeK>(p, p.k, st + p.k_stage_off, st + p.k_lead_off,
                          kModeK == TileMode::direct ? p.k_op_stride : p.k_slot, cta, k0, tid,
@@ -452,13 +431,16 @@ __global__ void __launch_bounds__(kThreads, 1)
                          &bad_input);
     cp_async_commit();
   };
-  if (cta.keys.lo < cta.keys.hi) issue(cta.keys.lo, 0);
+  if (n_tiles > 0) issue(0);
   stage_q<KT, kRows>(p, cta, sq, reinterpret_cast<float*>(smem + p.scratch_off) + warp * 128,
                      sign_words, tid);
 
-  // The lane's rows: row_g + 16 m + 8 r is row g + 8 r of M tile m (worked out where used: a
-  // register each for four rows cost the two-M-tile kernel its last spills).
-  const int row_g = cta.row0 + warp * kWarpRows + g;
+  // The lane's rows: M tile m, row g + 8 r of it.
+  int rr[kMT][2];
+#pragma unroll
+  for (int m = 0; m < kMT; ++m)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) rr[m][r] = cta.row0 + warp * kWarpRows + 16 * m + g + 8 * r;
   const int64_t pq_lo = cta.first_q + cta.row0 / p.group;
   const int64_t pq_hi = cta.first_q + (cta.row_end - 1) / p.group;
 
@@ -477,21 +459,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   const uint32_t sq_addr = smem_addr(sq + warp * kWarpRows * p.q_stride);
 
-  int which = 0;  // the stage of the tile at k0
-  for (int64_t k0 = cta.keys.lo; k0 < cta.keys.hi; k0 += kTileKeys, which ^= 1) {
+  for (int64_t j = 0; j < n_tiles; ++j) {
     cp_async_wait<0>();
-    __syncthreads();  // this tile landed for all; every warp is done with the previous one
-    if (k0 + kTileKeys < cta.keys.hi) issue(k0 + kTileKeys, which ^ 1);
-    uint8_t* st = stage(which);
+    __syncthreads();  // tile j landed for all; every warp is done with tile j - 1
+    if (j + 1 < n_tiles) issue(j + 1);
+    uint8_t* st = stage(static_cast<int>(j & 1));
+    const int64_t k0 = cta.keys.lo + j * kTileKeys;
     if constexpr (kModeK == TileMode::raw)
       decode_tile<KT>(st + p.k_stage_off, st + p.k_lead_off, p.k_slot, smem + p.k_dec_off,
-                      p.k_op_stride, p.dkc, lut_k, p.k_div_items, tid);
+                      p.k_op_stride, p.dkc, p.k_div_items, tid);
     if constexpr (kModeK == TileMode::convert)
       convert_tile(p, p.k, cta, k0, smem + p.k_dec_off, p.k_op_stride, p.dkc, p.k_div_items, tid,
                    &bad_input);
     if constexpr (kModeV == TileMode::raw)
       decode_tile<VT>(st + p.v_stage_off, st + p.v_lead_off, p.v_slot, smem + p.v_dec_off,
-                      p.v_op_stride, p.dvc, lut_v, p.v_div_items, tid);
+                      p.v_op_stride, p.dvc, p.v_div_items, tid);
     if constexpr (kModeV == TileMode::convert)
       convert_tile(p, p.v, cta, k0, smem + p.v_dec_off, p.v_op_stride, p.dvc, p.v_div_items, tid,
                    &bad_input);
@@ -500,20 +482,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint8_t* sv = kModeV == TileMode::direct ? st + p.v_stage_off : smem + p.v_dec_off;
 
     const bool masked = prefill_tile_needs_mask(k0, cta.keys.hi, p.causal, p.window, pq_lo, pq_hi);
-    // One M tile's scores at a time (their f32 registers would not fit beside two tiles'
-    // accumulators); P.V below takes each V operand once for both.
     uint4 pa[kMT][4];
+    {
+      float s[kMT][8][4];
+      qk_tile<kBf16K, kMT>(s, sq_addr, smem_addr(sk), p.q_stride, p.k_op_stride, p.dkc, lane);
 #pragma unroll
-    for (int m = 0; m < kMT; ++m) {
-      float s[1][8][4];
-      qk_tile<kBf16K, 1>(s, sq_addr + m * 16 * p.q_stride, smem_addr(sk), p.q_stride, p.k_op_stride,
-                         p.dkc, lane);
-      score_tile(p, cta, s[0], row_g + 16 * m, k0, masked, t);
-      softmax_tile<kVt>(s[0], mx[m], l[m], o[m]);
-      pack_p<kBf16V>(pa[m], s[0]);
+      for (int m = 0; m < kMT; ++m) {
+        score_tile(p, cta, s[m], rr[m], k0, masked, t);
+        softmax_tile<kVt>(s[m], mx[m], l[m], o[m]);
+        pack_p<kBf16V>(pa[m], s[m]);
+      }
     }
-    pv_tile<kBf16V, kMT, kVt>(o, pa, smem_addr(sv), p.v_op_stride, p.dvc, lane,
-                              masked || p.has_mask);
+    if (masked || p.has_mask)
+      pv_tile<kBf16V, kMT, kVt, true>(o, pa, smem_addr(sv), p.v_op_stride, p.dvc, lane);
+    else
+      pv_tile<kBf16V, kMT, kVt, false>(o, pa, smem_addr(sv), p.v_op_stride, p.dvc, lane);
   }
 
   // Epilogue: each row's state finalized (sinks, empty rows), the outputs staged in shared memory
@@ -528,7 +511,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       float lr = l[m][r];
       lr += __shfl_xor_sync(0xffffffffu, lr, 1);
       lr += __shfl_xor_sync(0xffffffffu, lr, 2);
-      const int row = row_g + 16 * m + 8 * r, tok = fdiv(row, p.div_group);
+      const int row = rr[m][r], tok = fdiv(row, p.div_group);
       const int qh = cta.kvh * p.group + row - tok * p.group;
       const bool valid = row < cta.row_end;
       const StateFinal fin = state_final_exp2(mx[m][r] / kStateLog2e, lr, p.has_sinks,
