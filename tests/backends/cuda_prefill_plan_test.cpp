@@ -225,5 +225,85 @@ TEST(CudaPrefillQueries, OffsetsBreakingTheRulesMarkTheSequence) {
   EXPECT_EQ(seq_queries(past_end, 1, 2, 20).len, 0);
 }
 
+// The splits of a key range: in order, disjoint, covering it exactly, every split but the one
+// holding the range's end ending on a tile boundary (so no tile crosses into the next split).
+TEST(CudaPrefillSplits, RangesPartitionTheKeysInWholeTiles) {
+  for (int64_t lo : {int64_t{0}, int64_t{37}, int64_t{4096}}) {
+    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{63}, int64_t{64}, int64_t{65}, int64_t{1000},
+                      int64_t{131072} + 5}) {
+      for (int32_t splits : {1, 2, 3, 7, 16, 64}) {
+        const PrefillKeyRange keys{lo, lo + n};
+        int64_t next = lo, nonempty = 0;
+        for (int32_t s = 0; s < splits; ++s) {
+          const PrefillKeyRange r = prefill_split_range(keys, s, splits);
+          ASSERT_EQ(r.lo, next) << "lo " << lo << " n " << n << " split " << s << "/" << splits;
+          ASSERT_LE(r.lo, r.hi);
+          if (r.hi != keys.hi) {
+            EXPECT_EQ((r.hi - keys.lo) % kTileKeys, 0);
+          }
+          nonempty += r.hi > r.lo;
+          next = r.hi;
+        }
+        EXPECT_EQ(next, keys.hi);
+        EXPECT_LE(nonempty, splits);
+      }
+    }
+  }
+}
+
+TEST(CudaPrefillSplits, OnlyGridsSmallerThanTheDeviceSplit) {
+  AttentionProblem p = problem(KvType::q8_0, KvType::q8_0, {128, 128});
+  p.n_q_heads = 32;
+  p.n_kv_heads = 8;
+  p.causal = true;
+  p.kv_capacity = 131072;
+  // 9 queries of 32/8 heads: 36 rows, one row block per KV head, 8 CTAs on 132 SMs.
+  p.n_q_tokens = 9;
+  EXPECT_EQ(prefill_splits(p, prefill_layout(p), 132), 16);
+  // 2048 queries: 8192 rows, 32 row blocks x 8 heads fill the device.
+  p.n_q_tokens = 2048;
+  EXPECT_EQ(prefill_splits(p, prefill_layout(p), 132), 1);
+  // A short cache keeps kMinSplitTiles tiles per split.
+  p.n_q_tokens = 9;
+  p.kv_capacity = 8 * kTileKeys;
+  EXPECT_EQ(prefill_splits(p, prefill_layout(p), 132), 8 / kMinSplitTiles);
+  p.kv_capacity = kTileKeys;
+  EXPECT_EQ(prefill_splits(p, prefill_layout(p), 132), 1);
+  // A window bounds the keys a CTA walks, whatever the capacity.
+  p.kv_capacity = 1 << 20;
+  p.window = 1024 - 9;
+  EXPECT_EQ(prefill_splits(p, prefill_layout(p), 132), 1024 / kTileKeys / kMinSplitTiles);
+  // One CTA on a large device: capped.
+  p.window = 0;
+  p.n_kv_heads = 1;
+  p.n_q_heads = 1;
+  EXPECT_EQ(prefill_splits(p, prefill_layout(p), 1000), kMaxPrefillSplits);
+}
+
+TEST(CudaPrefillSplits, PartialStatesHaveDisjointAlignedPlaces) {
+  AttentionProblem p = problem(KvType::turbo3, KvType::turbo3, {128, 128});
+  p.n_seqs = 3;
+  p.n_q_heads = 8;
+  p.n_kv_heads = 2;
+  p.n_q_tokens = 5;
+  const PrefillLayout l = prefill_layout(p);
+  const int32_t splits = 3;
+  const PrefillParts parts = prefill_parts(p, l, splits);
+  EXPECT_EQ(parts.rows, 20);
+  std::vector<int> used(static_cast<size_t>(parts.floats()), 0);
+  for (int32_t seq = 0; seq < p.n_seqs; ++seq)
+    for (int32_t kvh = 0; kvh < p.n_kv_heads; ++kvh)
+      for (int32_t s = 0; s < splits; ++s)
+        for (int64_t row = 0; row < parts.rows; ++row) {
+          const int64_t slot = parts.slot(seq, kvh, s, p.n_kv_heads, splits);
+          const int64_t o = parts.o_at(slot, row), ml = parts.ml_at(slot, row);
+          EXPECT_EQ(o % 4, 0);  // 16-byte float4 rows
+          for (int64_t i = 0; i < parts.dvc; ++i) ++used[static_cast<size_t>(o + i)];
+          ++used[static_cast<size_t>(ml)];
+          ++used[static_cast<size_t>(ml + 1)];
+        }
+  EXPECT_TRUE(std::all_of(used.begin(), used.end(), [](int u) { return u == 1; }));
+}
+
 }  // namespace
 }  // namespace kvflash::cuda::prefill

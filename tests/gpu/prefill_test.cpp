@@ -1,12 +1,13 @@
 // The CUDA prefill kernels (cuda.prefill: 9 or more query tokens) against the float64 reference on
 // device buffers: every default K/V pair at head dim 128, every head dim but 512 and 576/512 with
 // f16 and q8_0/turbo3, fresh prompts of 9 ... 2048 tokens and chunks of 512 and 2048 queries onto
-// 8K and 32K caches, causal and not, each feature alone and all together, paged caches with
-// shuffled tables (pages of 16 and 64 tokens), batches of sequences of different device lengths;
-// then the guards: a device length outside the capacity or a page-table entry outside the pool
-// gives that sequence NaN rows and leaves the others exact; and which kernel plan() selects on
-// each side of 8 query tokens. Outputs are poisoned and guarded (gpu_test_util.hpp) for every
-// run; the references run on every host thread (parallel_reference).
+// 8K and 32K caches, 9 and 40 queries onto 20K keys (split many ways and merged), causal and not,
+// each feature alone and all together, paged caches with shuffled tables (pages of 16 and 64
+// tokens), batches of sequences of different device lengths (40 of them: a grid that is not
+// split); then the guards: a device length outside the capacity or a page-table entry outside the
+// pool gives that sequence NaN rows and leaves the others exact; which kernel plan() selects on
+// each side of 8 query tokens, and when it splits the keys. Outputs are poisoned and guarded
+// (gpu_test_util.hpp) for every run; the references run on every host thread (parallel_reference).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -230,6 +231,20 @@ std::vector<PrefillCase> query_token_cases() {
   chunk.k_type = KvType::q8_0;
   chunk.v_type = KvType::q8_0;
   out.push_back(chunk);
+  // Short chunks onto a deep cache: a grid of a few CTAs whose keys split many ways (the merge:
+  // turbo V rotated back after it, sinks folded in at the end).
+  for (const int32_t n : {9, 40}) {
+    PrefillCase s;
+    s.n_q_tokens = n;
+    s.lens = {20000};
+    s.n_q_heads = 32;
+    s.n_kv_heads = 8;
+    out.push_back(s);
+    s.k_type = KvType::q8_0;
+    s.v_type = KvType::turbo3;
+    s.sinks = true;
+    out.push_back(s);
+  }
   return out;
 }
 INSTANTIATE_TEST_SUITE_P(QueryTokens, CudaPrefill, ::testing::ValuesIn(query_token_cases()),
@@ -317,6 +332,14 @@ std::vector<PrefillCase> batch_cases() {
   nc.causal = false;
   nc.lens = {3000, 1237, 100};
   out.push_back(nc);
+  // 40 sequences: a grid that fills the device, so the keys are not split (every case above is).
+  PrefillCase many;
+  many.lens.clear();
+  for (int i = 0; i < 40; ++i) many.lens.push_back(100 + 37 * i);
+  out.push_back(many);
+  many.k_type = KvType::q4_0;
+  many.v_type = KvType::turbo4;
+  out.push_back(many);
   return out;
 }
 INSTANTIATE_TEST_SUITE_P(Batches, CudaPrefill, ::testing::ValuesIn(batch_cases()), param_name);
@@ -518,6 +541,40 @@ TEST(CudaPrefillPlan, SelectionSplitsAtNineQueryTokens) {
   const Status r = run(pl, t, o.workspace.data(), stream.handle());
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().message, v.error().message);
+}
+
+// KV splits: a grid smaller than the device splits each CTA's keys and needs the workspace the
+// plan sized (a run without it is refused, not crashed); one that fills the device does not.
+TEST(CudaPrefillPlan, SplitsTheKeysOnlyOfGridsSmallerThanTheDevice) {
+  KVFLASH_REQUIRE_GPU();
+  KVFLASH_REQUIRE_KERNEL(kPrefill);
+  PrefillCase c;
+  c.n_q_tokens = 9;
+  c.n_q_heads = 32;
+  c.n_kv_heads = 8;
+  AttentionProblem p = to_problem(c, {131072});
+  Plan pl;
+  KVFLASH_ASSIGN_OR_FAIL(pl, plan_cuda(p));
+  ASSERT_EQ(pl.kernel->name, kPrefill);
+  EXPECT_GT(pl.n_splits, 1);
+  EXPECT_GT(pl.workspace_bytes, 0u);
+  const HostInputs in = make_inputs(p, {4096}, 9);
+  gpu::Stream stream;
+  KVFLASH_ASSIGN_OR_FAIL(stream, gpu::Stream::create());
+  DeviceInputs dev;
+  KVFLASH_ASSIGN_OR_FAIL(dev, stage(in, stream.handle()));
+  DeviceOutputs o;
+  KVFLASH_ASSIGN_OR_FAIL(o, allocate_outputs(pl, stream.handle()));
+  const Status r = run(pl, with_outputs(dev.tensors, o), nullptr, stream.handle());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::invalid_argument);
+  EXPECT_NE(r.error().message.find("workspace"), std::string::npos) << r.error().message;
+
+  p.n_q_tokens = 8192;
+  p.kv_capacity = 8192;
+  KVFLASH_ASSIGN_OR_FAIL(pl, plan_cuda(p));
+  EXPECT_EQ(pl.n_splits, 1);
+  EXPECT_EQ(pl.workspace_bytes, 0u);
 }
 
 // The helper the tests above rest on (no GPU needed): the parallel reference is the reference,

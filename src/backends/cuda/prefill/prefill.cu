@@ -4,6 +4,7 @@
 
 #include "backends/cuda/decode/decode_pairs.hpp"
 #include "backends/cuda/prefill/prefill_instances.hpp"
+#include "backends/cuda/prefill/prefill_merge.cuh"
 
 #ifndef KVFLASH_CUDA_ALL_PAIRS
 #error "KVFLASH_CUDA_ALL_PAIRS (0 or 1) must be defined by the build (see decode_pairs.cpp)"
@@ -24,6 +25,10 @@ constexpr PrefillInstance instance() {
 
 const PrefillInstance& prefill_instance(KvType k, KvType v, int dv_bucket) {
   return kPrefillInstances[static_cast<int>(k)][static_cast<int>(v)][dv_bucket <= 128 ? 0 : 1];
+}
+
+PrefillMergeLaunch prefill_merge_launch(bool rotated_v) {
+  return rotated_v ? launch_prefill_merge<true> : launch_prefill_merge<false>;
 }
 
 }  // namespace kvflash::cuda::prefill

@@ -67,6 +67,9 @@ struct PrefillPlan final : BackendPlan {
   PrefillInstance instance{};
   dim3 grid;
   PrefillParams params{};
+  PrefillMergeLaunch merge = nullptr;  // with more than one split
+  dim3 merge_grid;
+  size_t merge_smem = 0;
 };
 
 const PrefillPlan& prefill_plan_of(const Plan& plan) {
@@ -123,11 +126,24 @@ void plan_prefill(Plan& plan) {
   pp->instance = prefill_instance(p.k_type, p.v_type, l.dv_bucket);
   if (pp->instance.prepare != nullptr) (void)pp->instance.prepare(l.smem_total);
   plan.n_threads = 1;
-  plan.n_splits = 1;
-  plan.workspace_bytes = 0;
-  pp->grid = dim3(static_cast<unsigned>(l.n_row_blocks), static_cast<unsigned>(p.n_kv_heads),
-                  static_cast<unsigned>(p.n_seqs));
+  plan.n_splits = prefill_splits(p, l, sm_count());
+  const PrefillParts parts = prefill_parts(p, l, plan.n_splits);
+  plan.workspace_bytes =
+      plan.n_splits > 1 ? static_cast<size_t>(parts.floats()) * sizeof(float) : 0;
+  pp->grid = dim3(static_cast<unsigned>(l.n_row_blocks * plan.n_splits),
+                  static_cast<unsigned>(p.n_kv_heads), static_cast<unsigned>(p.n_seqs));
   problem_params(pp->params, p, l);
+  pp->params.parts = parts;
+  pp->params.n_splits = plan.n_splits;
+  pp->params.div_splits = fast_div(plan.n_splits);
+  pp->params.div_rows = fast_div(p.rows_per_kv_head());
+  pp->params.div_kv_heads = fast_div(p.n_kv_heads);
+  if (plan.n_splits > 1) {
+    const int64_t rows = int64_t{p.n_seqs} * p.n_kv_heads * p.rows_per_kv_head();
+    pp->merge = prefill_merge_launch(is_rotated(p.v_type));
+    pp->merge_grid = dim3(static_cast<unsigned>((rows + kWarps - 1) / kWarps));
+    pp->merge_smem = size_t(kWarps) * l.dvc * sizeof(float);
+  }
   plan.detail = std::move(pp);
 }
 
@@ -168,11 +184,16 @@ TileCopy tile_copy(const KvTensor& kv, const decode::CopyMode& m, const Attentio
   return c;
 }
 
-Status run_prefill(const Plan& plan, const AttentionTensors& t, void*, void* stream_ptr) {
+Status run_prefill(const Plan& plan, const AttentionTensors& t, void* workspace, void* stream_ptr) {
   const AttentionProblem& p = plan.problem;
   const PrefillPlan& pp = prefill_plan_of(plan);
   const PrefillLayout& l = pp.layout;
+  if (plan.n_splits > 1 && workspace == nullptr)
+    return invalid_argument(
+        fmt::format("cuda.prefill needs a {} byte device workspace (plan.workspace_bytes)",
+                    plan.workspace_bytes));
   PrefillParams d = pp.params;
+  d.part = static_cast<float*>(workspace);
   d.q = t.q;
   d.kv_lens = t.kv_lens;
   d.q_offsets = p.ragged_q ? t.q_offsets : nullptr;
@@ -191,6 +212,11 @@ Status run_prefill(const Plan& plan, const AttentionTensors& t, void*, void* str
   pp.instance.launch(d, pp.grid, l.smem_total, stream);
   if (cudaError_t e = cudaPeekAtLastError(); e != cudaSuccess)
     return cuda_error(e, "cuda.prefill launch");
+  if (pp.merge != nullptr) {
+    pp.merge(d, pp.merge_grid, pp.merge_smem, stream);
+    if (cudaError_t e = cudaPeekAtLastError(); e != cudaSuccess)
+      return cuda_error(e, "cuda.prefill merge launch");
+  }
   return {};
 }
 

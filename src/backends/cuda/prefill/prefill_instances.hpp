@@ -19,6 +19,11 @@ struct PrefillInstance {
 // pair this build did not compile (the guard kv_types rejects it first).
 const PrefillInstance& prefill_instance(KvType k, KvType v, int dv_bucket);
 
+// The split merge (prefill_merge.cuh), for turbo V (rotated back) or any other V type.
+using PrefillMergeLaunch = void (*)(const PrefillParams& p, dim3 grid, size_t smem,
+                                    cudaStream_t stream);
+PrefillMergeLaunch prefill_merge_launch(bool rotated_v);
+
 template <KvType KT, KvType VT, int DVB>
 cudaError_t prepare_prefill(size_t smem);
 template <KvType KT, KvType VT, int DVB>

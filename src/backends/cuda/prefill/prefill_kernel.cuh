@@ -398,8 +398,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   PrefillCta cta;
   cta.seq = blockIdx.z;
   cta.kvh = blockIdx.y;
-  // Heaviest row blocks first (with causal masking the last rows see the most keys).
-  cta.row0 = (p.n_row_blocks - 1 - static_cast<int>(blockIdx.x)) * kRows;
+  // Heaviest row blocks first (with causal masking the last rows see the most keys); the splits
+  // of a row block side by side.
+  const int block = fdiv(static_cast<int>(blockIdx.x), p.div_splits);
+  const int split = static_cast<int>(blockIdx.x) - block * p.n_splits;
+  cta.row0 = (p.n_row_blocks - 1 - block) * kRows;
   const SeqQueries sq_info = seq_queries(p.q_offsets, cta.seq, p.n_seqs, p.n_q_tokens);
   cta.q_row0 = sq_info.row0;
   cta.q_len = sq_info.len;
@@ -409,8 +412,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   cta.row_end = min(cta.row0 + kRows, cta.q_len * p.group);
   cta.len = p.kv_lens[cta.seq];
   cta.first_q = cta.len - cta.q_len;
-  cta.keys = prefill_key_range(cta.len, p.kv_capacity, cta.q_len, p.group, p.causal, p.window,
-                               cta.row0, cta.row_end);
+  cta.keys = prefill_split_range(prefill_key_range(cta.len, p.kv_capacity, cta.q_len, p.group,
+                                                   p.causal, p.window, cta.row0, cta.row_end),
+                                 split, p.n_splits);
   if (tid < 4) sign_words[tid] = sign_word(tid);
   if (tid == 0) bad_input = cta.len < 0 || cta.len > p.kv_capacity;
   __syncthreads();
@@ -500,10 +504,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // Epilogue: each row's state finalized (sinks, empty rows), the outputs staged in shared memory
-  // per warp (rotated back for turbo V), then written row by row.
+  // per warp (rotated back for turbo V), then written row by row. A split CTA (n_splits > 1)
+  // instead writes its rows' partial states (PrefillParts) the same way: o as accumulated
+  // (storage domain, not rotated), m in natural-log units and l beside it, for
+  // prefill_merge_kernel. Bad input: NaN in out and lse (in o and l of a partial state, so that
+  // the merged row is NaN too).
   __syncthreads();  // everyone is done with the tiles; bad_input is final
+  const bool bad = bad_input != 0, partial = p.n_splits > 1;
+  const float nan = __int_as_float(0x7fc00000);
   float* so = reinterpret_cast<float*>(smem) + warp * kWarpRows * p.out_stride;
-  const bool bad = bad_input != 0;
+  // The CTA's partial-state slot (split worked out again from blockIdx: a register held through
+  // the tile loop spilled).
+  const int x = static_cast<int>(blockIdx.x);
+  const int64_t slot = p.parts.slot(cta.seq, cta.kvh, x - fdiv(x, p.div_splits) * p.n_splits,
+                                    p.n_kv_heads, p.n_splits);
 #pragma unroll
   for (int m = 0; m < kMT; ++m) {
 #pragma unroll
@@ -514,8 +528,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int row = rr[m][r], tok = fdiv(row, p.div_group);
       const int qh = cta.kvh * p.group + row - tok * p.group;
       const bool valid = row < cta.row_end;
-      const StateFinal fin = state_final_exp2(mx[m][r] / kStateLog2e, lr, p.has_sinks,
-                                              p.has_sinks && valid ? p.sinks[qh] : 0.0f);
+      const StateFinal fin = partial ? StateFinal{1.0f, 0.0f}
+                                     : state_final_exp2(mx[m][r] / kStateLog2e, lr, p.has_sinks,
+                                                        p.has_sinks && valid ? p.sinks[qh] : 0.0f);
       float* orow = so + (16 * m + g + 8 * r) * p.out_stride;
 #pragma unroll
       for (int d = 0; d < kVt; ++d) {
@@ -523,8 +538,15 @@ __global__ void __launch_bounds__(kThreads, 1)
           *reinterpret_cast<float2*>(orow + 8 * d + 2 * t) =
               make_float2(o[m][d][2 * r] * fin.scale, o[m][d][2 * r + 1] * fin.scale);
       }
-      if (t == 0 && valid && p.lse != nullptr)
-        p.lse[(cta.q_row0 + tok) * p.n_q_heads + qh] = bad ? __int_as_float(0x7fc00000) : fin.lse;
+      if (t == 0 && valid) {
+        if (partial) {
+          float* ml = p.part + p.parts.ml_at(slot, row);
+          ml[0] = mx[m][r] / kStateLog2e;
+          ml[1] = bad ? nan : lr;
+        } else if (p.lse != nullptr) {
+          p.lse[(cta.q_row0 + tok) * p.n_q_heads + qh] = bad ? nan : fin.lse;
+        }
+      }
     }
   }
   __syncwarp();
@@ -532,12 +554,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int row = cta.row0 + warp * kWarpRows + r;
     if (row >= cta.row_end) break;
     float* orow = so + r * p.out_stride;
+    if (partial) {
+      float4* dst = reinterpret_cast<float4*>(p.part + p.parts.o_at(slot, row));
+      for (int d4 = lane; d4 < p.dvc / 4; d4 += 32)
+        dst[d4] = bad ? make_float4(nan, nan, nan, nan) : reinterpret_cast<const float4*>(orow)[d4];
+      continue;
+    }
     if constexpr (is_rotated(VT)) {
       for (int g0 = 0; g0 < p.dvc; g0 += 128) inverse_rotate_group(orow + g0, lane, sign_words);
     }
     const int tok = fdiv(row, p.div_group), qh = cta.kvh * p.group + row - tok * p.group;
     float* dst = p.out + ((cta.q_row0 + tok) * p.n_q_heads + qh) * p.dv;
-    for (int d = lane; d < p.dv; d += 32) dst[d] = bad ? __int_as_float(0x7fc00000) : orow[d];
+    for (int d = lane; d < p.dv; d += 32) dst[d] = bad ? nan : orow[d];
   }
 }
 

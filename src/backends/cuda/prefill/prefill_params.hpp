@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "backends/cuda/common/fast_div.hpp"
+#include "backends/cuda/prefill/prefill_plan.hpp"
 
 namespace kvflash::cuda::prefill {
 
@@ -43,6 +44,13 @@ struct PrefillParams {
   uint8_t causal, has_mask, has_sinks, has_alibi, q_vec4;
   FastDiv div_group;
   FastDiv k_div_items, v_div_items;  // decoded tiles: work items (32-dim block, thread) per row
+  // KV splits (prefill_splits): n_splits CTAs per row block (grid x = row blocks x n_splits);
+  // with more than one, partial states go to `part` (the workspace, laid out as `parts`) and
+  // prefill_merge_kernel finalizes the rows (one warp each: div_rows, div_kv_heads).
+  float* part;
+  PrefillParts parts;
+  int32_t n_splits;
+  FastDiv div_splits, div_rows, div_kv_heads;
 };
 
 }  // namespace kvflash::cuda::prefill

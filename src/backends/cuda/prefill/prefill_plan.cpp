@@ -82,4 +82,22 @@ PrefillLayout prefill_layout(const AttentionProblem& p) {
   return l;
 }
 
+int32_t prefill_splits(const AttentionProblem& p, const PrefillLayout& l, int32_t sm_count) {
+  const int64_t ctas = int64_t{l.n_row_blocks} * p.n_kv_heads * p.n_seqs;
+  if (ctas >= sm_count) return 1;
+  int64_t keys = p.kv_capacity;
+  if (p.window > 0) keys = std::min<int64_t>(keys, p.window + p.n_q_tokens);
+  const int64_t tiles = (keys + kTileKeys - 1) / kTileKeys;
+  const int64_t s = std::min<int64_t>({sm_count / ctas, tiles / kMinSplitTiles, kMaxPrefillSplits});
+  return static_cast<int32_t>(std::max<int64_t>(s, 1));
+}
+
+PrefillParts prefill_parts(const AttentionProblem& p, const PrefillLayout& l, int32_t n_splits) {
+  PrefillParts parts;
+  parts.n_slots = int64_t{p.n_seqs} * p.n_kv_heads * n_splits;
+  parts.rows = int64_t{p.n_q_tokens} * p.group();
+  parts.dvc = l.dvc;
+  return parts;
+}
+
 }  // namespace kvflash::cuda::prefill

@@ -94,6 +94,43 @@ KVFLASH_HD PrefillKeyRange prefill_key_range(int64_t len, int64_t capacity, int3
   return {lo, hi};
 }
 
+// KV splits: where the grid (row blocks x KV heads x sequences) would leave SMs idle (a short
+// chunk over a long cache: 8 CTAs for 9 query tokens of 32/8 heads), each CTA's key range is cut
+// into n_splits runs of whole tiles, one CTA each; they write partial states (o, m, l) to the
+// workspace, and prefill_merge_kernel folds them with the state rule and finalizes the rows.
+inline constexpr int32_t kMaxPrefillSplits = 64;
+inline constexpr int32_t kMinSplitTiles = 4;  // keys per split at least 4 tiles (256)
+
+// Split `split` of `n_splits` of a key range: ceil(tiles / n_splits) whole tiles from lo each
+// (the last may be shorter, trailing ones empty: lo == hi). Every split but the one holding the
+// range's end ends on a tile boundary, so no tile of a split reaches past its end.
+KVFLASH_HD PrefillKeyRange prefill_split_range(PrefillKeyRange keys, int32_t split,
+                                               int32_t n_splits) {
+  if (n_splits <= 1) return keys;
+  const int64_t tiles = (keys.hi - keys.lo + kTileKeys - 1) / kTileKeys;
+  const int64_t per = (tiles + n_splits - 1) / n_splits;
+  const int64_t lo = keys.lo + split * per * kTileKeys, hi = lo + per * kTileKeys;
+  return {lo < keys.hi ? lo : keys.hi, hi < keys.hi ? hi : keys.hi};
+}
+
+// Where the partial states live in the workspace: per (sequence, KV head, split) slot, `rows`
+// rows (n_q_tokens x group) of dvc floats of o (unnormalized, in the storage domain: rotated for
+// turbo V), then after all slots' o the (m, l) pair of each slot's rows (m in natural-log units,
+// as state.hpp's rule). All offsets in floats; o rows and the (m, l) block are 16-byte aligned
+// (dvc is a multiple of 16).
+struct PrefillParts {
+  int64_t n_slots = 0, rows = 0, dvc = 0;
+  KVFLASH_HD int64_t slot(int32_t seq, int32_t kvh, int32_t split, int32_t n_kv_heads,
+                          int32_t n_splits) const {
+    return (int64_t{seq} * n_kv_heads + kvh) * n_splits + split;
+  }
+  KVFLASH_HD int64_t o_at(int64_t slot, int64_t row) const { return (slot * rows + row) * dvc; }
+  KVFLASH_HD int64_t ml_at(int64_t slot, int64_t row) const {
+    return n_slots * rows * dvc + (slot * rows + row) * 2;
+  }
+  KVFLASH_HD int64_t floats() const { return n_slots * rows * (dvc + 2); }
+};
+
 // Sequence `seq`'s queries: their first row in q / out / lse and their count. Without ragged
 // offsets (null) every sequence has n_q_tokens, rows seq * n_q_tokens on; with them (ragged_q,
 // read on the device) rows q_offsets[seq] on, q_offsets[seq + 1] - q_offsets[seq] of them, and
@@ -125,5 +162,14 @@ KVFLASH_HD bool prefill_tile_needs_mask(int64_t k0, int64_t hi, bool causal, int
   if (window > 0 && k0 <= pq_hi - window) return true;
   return false;
 }
+
+// KV splits for a problem on a device of `sm_count` SMs (one CTA each): 1 where the grid fills
+// them; else as many as fill one wave, while each split keeps kMinSplitTiles tiles of the
+// longest key range a CTA may walk (kv_capacity, or the window plus the chunk), at most
+// kMaxPrefillSplits.
+int32_t prefill_splits(const AttentionProblem& p, const PrefillLayout& l, int32_t sm_count);
+
+// The partial-state layout for n_splits (n_splits > 1: the workspace holds parts.floats()).
+PrefillParts prefill_parts(const AttentionProblem& p, const PrefillLayout& l, int32_t n_splits);
 
 }  // namespace kvflash::cuda::prefill
