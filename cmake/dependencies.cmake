@@ -10,8 +10,11 @@ endfunction()
 
 find_package(Threads REQUIRED)
 kvflash_require(fmt libfmt-dev)
-kvflash_require(nlohmann_json nlohmann-json3-dev)
-kvflash_require(CLI11 libcli11-dev)
+# The tools' packages, needed only where the tools are built.
+if(KVFLASH_BUILD_TOOLS)
+  kvflash_require(nlohmann_json nlohmann-json3-dev)
+  kvflash_require(CLI11 libcli11-dev)
+endif()
 if(KVFLASH_BUILD_TESTS)
   kvflash_require(GTest "libgtest-dev libgmock-dev")
 endif()

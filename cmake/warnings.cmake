@@ -10,3 +10,12 @@ if(KVFLASH_SANITIZE)
     $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all>)
   target_link_options(kvflash_sanitize INTERFACE -fsanitize=address,undefined)
 endif()
+if(KVFLASH_TSAN)
+  if(KVFLASH_SANITIZE)
+    message(FATAL_ERROR "KVFLASH_TSAN and KVFLASH_SANITIZE cannot be combined (ThreadSanitizer "
+                        "excludes AddressSanitizer): configure one build for each")
+  endif()
+  target_compile_options(kvflash_sanitize INTERFACE
+    $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=thread -fno-omit-frame-pointer>)
+  target_link_options(kvflash_sanitize INTERFACE -fsanitize=thread)
+endif()

@@ -9,6 +9,16 @@ scripts/compare_sdpa.py next to kvflash-bench's CSV).
     python3 scripts/bench_sdpa.py --heads 32/8 --head-dim 128 -d 4096,32768,131072 -n 1,8 \
         -o bench_sdpa.csv
     python3 scripts/bench_sdpa.py -d 1024-1048576*2 --backends cudnn,flash,efficient,math
+    python3 scripts/bench_sdpa.py --prefill -o bench_sdpa_prefill.csv
+    python3 scripts/bench_sdpa.py --self-test    (parsing and flop counts, no torch; a CTest test)
+
+Prefill (--prefill): the query-token / depth points are not a product of -n and -d but the list
+--points N:DEPTH (default PREFILL_POINTS: fresh prompts of 8K and 32K tokens, n == depth, and
+chunks of 2048 queries onto 8K, 32K and 128K caches), head dims 64, 128 and 256, the cuDNN,
+flash and efficient backends, unless those flags are given. Prefill is compute-bound, so every
+row also carries flops and tflops: 2 * (Dk + Dv) flops per visible (query, key) pair, per query
+head, with the visible pairs counted under the bottom-right causal mask below (visible_pairs,
+the same count as kvflash-bench's tools/bench/metrics.cpp), so the two tools' TFLOP/s compare.
 
 Per point (backend, dtype, heads, head dims, depth, query tokens):
   * q (1, Hq, n, Dk), k (1, Hkv, depth, Dk), v (1, Hkv, depth, Dv) on cuda, torch.randn in the
@@ -36,8 +46,8 @@ Per point (backend, dtype, heads, head dims, depth, query tokens):
         (query 0 would see one key); a mask left out altogether changes only the last n-1 keys
         of some queries and can pass at long depths, so the mask column says what was used.
   * Correctness: the output of the first call is compared with a float32 reference (plain
-    softmax(q k^T * scale + mask) v on the same rounded inputs); max_err is max|out - ref| /
-    max|ref|. Above the tolerance (f16 1e-2, bf16 4e-2, f32 1e-4) the status is "wrong: ..." and
+    softmax(q k^T * scale + mask) v on the same rounded inputs, in chunks of queries so that a
+    32K-token prompt's scores fit); max_err is max|out - ref| / max|ref|. Above the tolerance (f16 1e-2, bf16 4e-2, f32 1e-4) the status is "wrong: ..." and
     the exit code is 1. --no-check skips it.
   * L2 is not measured: enough independent (k, v) copies are kept that together they are at least
     --rotate-bytes (default 240 MiB, four times the H200's 60 MB L2, or 4x this GPU's L2 if
@@ -53,7 +63,7 @@ Per point (backend, dtype, heads, head dims, depth, query tokens):
 
 CSV columns: backend, dtype, q_heads, kv_heads, head_dim_k, head_dim_v, depth, q_tokens, gqa,
 us_median, us_min, us_max, kv_bytes, gbps (kv_bytes / median time, 1e9 B/s), status ("ok" or the
-reason), then mask, copies, max_err. A human-readable table and the torch / CUDA / cuDNN / GPU
+reason), then mask, copies, max_err, flops, tflops (flops / median time, 1e12 flop/s). A human-readable table and the torch / CUDA / cuDNN / GPU
 versions go to stderr. Exit codes: 0 the sweep ran (unsupported / skipped rows included), 1 a
 result was wrong, 2 a usage error, 3 no torch or no CUDA device.
 """
@@ -61,6 +71,7 @@ result was wrong, 2 a usage error, 3 no torch or no CUDA device.
 import argparse
 import csv
 import math
+import os
 import statistics
 import sys
 import time
@@ -68,7 +79,13 @@ import warnings
 
 COLUMNS = ["backend", "dtype", "q_heads", "kv_heads", "head_dim_k", "head_dim_v", "depth",
            "q_tokens", "gqa", "us_median", "us_min", "us_max", "kv_bytes", "gbps", "status",
-           "mask", "copies", "max_err"]
+           "mask", "copies", "max_err", "flops", "tflops"]
+# --prefill's defaults: (query tokens, depth) points, head dims, backends.
+PREFILL_POINTS = "8192:8192,32768:32768,2048:8192,2048:32768,2048:131072"
+PREFILL_HEAD_DIMS = "64,128,256"
+PREFILL_BACKENDS = "cudnn,flash,efficient"
+# Bytes of float32 scores the reference check holds at once.
+REFERENCE_SCORE_BYTES = 1 << 30
 BACKENDS = ["cudnn", "flash", "efficient", "math"]
 BACKEND_ENUM = {"cudnn": "CUDNN_ATTENTION", "flash": "FLASH_ATTENTION",
                 "efficient": "EFFICIENT_ATTENTION", "math": "MATH"}
@@ -148,6 +165,44 @@ def parse_pairs(text, flag, help_, valid):
     return out
 
 
+def parse_points(text):
+    """Comma list of N:DEPTH (query tokens, KV tokens), each with 1 <= N <= DEPTH."""
+    help_ = ("expected a comma list of QUERY_TOKENS:DEPTH with QUERY_TOKENS <= DEPTH, e.g. "
+             "2048:131072,8192:8192 (suffixes K, M)")
+    out = []
+    for item in [x for x in text.split(",") if x.strip()]:
+        try:
+            n_text, d_text = item.split(":")
+            n, depth = _int_with_suffix(n_text), _int_with_suffix(d_text)
+            if not 1 <= n <= depth:
+                raise ValueError
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"--points: '{item}' is not valid; {help_}")
+        out.append((n, depth))
+    if not out:
+        raise argparse.ArgumentTypeError(f"--points: '{text}' is not valid; {help_}")
+    return out
+
+
+def visible_pairs(n, depth, causal=True, window=0):
+    """(query, key) pairs one head computes: query i sits at position depth - n + i; causal hides
+    keys after it, a window > 0 keys window or more positions before it. The count of
+    kvflash-bench (tools/bench/metrics.cpp visible_pairs), term by term."""
+    pairs = 0
+    for i in range(n):
+        pq = depth - n + i
+        last = min(pq, depth - 1) if causal else depth - 1
+        first = max(0, pq - window + 1) if window > 0 else 0
+        pairs += max(0, last - first + 1)
+    return pairs
+
+
+def attention_flops(hq, dk, dv, n, depth):
+    """2 * (Dk + Dv) flops per visible pair (q.k and p.v, a multiply-add each), per query head;
+    causal as this script runs every point with n > 1."""
+    return 2 * (dk + dv) * hq * visible_pairs(n, depth, causal=n > 1)
+
+
 def parse_heads(text):
     return parse_pairs(text, "--heads",
                        "expected QUERY_HEADS/KV_HEADS with KV_HEADS dividing QUERY_HEADS, e.g. 32/8,64/8",
@@ -204,6 +259,13 @@ def parse_args(argv):
                    help="KV tokens: comma list and ranges (default 4096,32768)")
     p.add_argument("-n", "--n-query", dest="n_query", action="append", default=None,
                    help="query tokens per step: 1 decode, 2..8 speculative (default 1)")
+    p.add_argument("--points", action="append", default=None,
+                   help="QUERY_TOKENS:DEPTH points instead of the -n x -d product, e.g. "
+                        "2048:131072,8192:8192 (default with --prefill: " + PREFILL_POINTS + ")")
+    p.add_argument("--prefill", action="store_true",
+                   help="prefill shapes: --points " + PREFILL_POINTS + ", --head-dim "
+                        + PREFILL_HEAD_DIMS + ", --backends " + PREFILL_BACKENDS
+                        + " unless given")
     p.add_argument("--dtypes", action="append", default=None,
                    help="f16, bf16, f32 (default f16,bf16)")
     p.add_argument("--backends", action="append", default=None,
@@ -222,13 +284,23 @@ def parse_args(argv):
 
     def joined(values, default):
         return ",".join(values) if values else default
+    if a.prefill and (a.depths or a.n_query):
+        p.error("--prefill takes its points from --points N:DEPTH, not from -n / -d")
+    if a.points and (a.depths or a.n_query):
+        p.error("--points replaces -n and -d: give one or the other")
     try:
         a.heads = parse_heads(joined(a.heads, "32/8"))
-        a.head_dim = parse_head_dims(joined(a.head_dim, "128"))
-        a.depths = parse_int_list("-d", joined(a.depths, "4096,32768"))
-        a.n_query = parse_int_list("-n", joined(a.n_query, "1"))
+        a.head_dim = parse_head_dims(joined(a.head_dim, PREFILL_HEAD_DIMS if a.prefill
+                                            else "128"))
         a.dtypes = parse_names("--dtypes", DTYPES)(joined(a.dtypes, "f16,bf16"))
-        a.backends = parse_names("--backends", BACKENDS)(joined(a.backends, "cudnn,flash"))
+        a.backends = parse_names("--backends", BACKENDS)(
+            joined(a.backends, PREFILL_BACKENDS if a.prefill else "cudnn,flash"))
+        if a.points or a.prefill:
+            a.points = parse_points(joined(a.points, PREFILL_POINTS))
+        else:
+            depths = parse_int_list("-d", joined(a.depths, "4096,32768"))
+            n_query = parse_int_list("-n", joined(a.n_query, "1"))
+            a.points = [(n, d) for n in n_query for d in depths]
     except argparse.ArgumentTypeError as e:
         p.error(str(e))
     if a.repetitions < 1 or a.warmup < 0:
@@ -427,17 +499,24 @@ class Bench:
         if k.shape[1] == hq and g > 1:  # expanded copies: the unique heads
             k, v = k[:, ::g], v[:, ::g]
         dk = q.shape[-1]
-        qf = q[0].float().reshape(hkv, g * n, dk)
-        s = t.matmul(qf, k[0].float().transpose(1, 2)) * (1.0 / math.sqrt(dk))
-        s = s.view(hkv, g, n, depth)
-        if n > 1:
-            rows = t.arange(n, device="cuda").view(n, 1)
-            cols = t.arange(depth, device="cuda").view(1, depth)
-            s = s.masked_fill(~(cols <= rows + (depth - n)), float("-inf"))
-        ref = t.matmul(t.softmax(s, dim=-1).view(hkv, g * n, depth), v[0].float())
-        ref = ref.view(hq, n, -1)
-        err = (out[0].float() - ref).abs().max().item()
-        return err / max(ref.abs().max().item(), 1e-30)
+        kf, vf = k[0].float(), v[0].float()
+        # Queries in chunks whose float32 scores (hq x chunk x depth) fit REFERENCE_SCORE_BYTES.
+        chunk = max(1, min(n, REFERENCE_SCORE_BYTES // (4 * hq * depth)))
+        err, top = 0.0, 0.0
+        for i0 in range(0, n, chunk):
+            c = min(chunk, n - i0)
+            qf = q[0, :, i0:i0 + c].float().reshape(hkv, g * c, dk)
+            s = t.matmul(qf, kf.transpose(1, 2)) * (1.0 / math.sqrt(dk))
+            s = s.view(hkv, g, c, depth)
+            if n > 1:
+                rows = t.arange(i0, i0 + c, device="cuda").view(c, 1)
+                cols = t.arange(depth, device="cuda").view(1, depth)
+                s = s.masked_fill(~(cols <= rows + (depth - n)), float("-inf"))
+            ref = t.matmul(t.softmax(s, dim=-1).view(hkv, g * c, depth), vf).view(hq, c, -1)
+            del s
+            err = max(err, (out[0, :, i0:i0 + c].float() - ref).abs().max().item())
+            top = max(top, ref.abs().max().item())
+        return err / max(top, 1e-30)
 
     def point(self, backend, dtype_name, hq, hkv, dk, dv, depth, n):
         t = self.torch
@@ -448,7 +527,8 @@ class Bench:
         row = {"backend": backend, "dtype": dtype_name, "q_heads": hq, "kv_heads": hkv,
                "head_dim_k": dk, "head_dim_v": dv, "depth": depth, "q_tokens": n, "gqa": "",
                "us_median": "", "us_min": "", "us_max": "", "kv_bytes": kv_bytes, "gbps": "",
-               "status": "", "mask": "", "copies": "", "max_err": ""}
+               "status": "", "mask": "", "copies": "", "max_err": "",
+               "flops": attention_flops(hq, dk, dv, n, depth), "tflops": ""}
         if n > depth:
             row["status"] = (f"skipped: {n} query tokens are the last of the depth's tokens, "
                              f"so the depth must be at least {n}")
@@ -553,7 +633,8 @@ class Bench:
             copies = None
         med = statistics.median(us)
         row.update(us_median=f"{med:.3f}", us_min=f"{us[0]:.3f}", us_max=f"{us[-1]:.3f}",
-                   gbps=f"{kv_bytes / (med * 1e-6) / 1e9:.2f}", status="ok")
+                   gbps=f"{kv_bytes / (med * 1e-6) / 1e9:.2f}",
+                   tflops=f"{row['flops'] / (med * 1e-6) / 1e12:.3f}", status="ok")
         if row["max_err"] and float(row["max_err"]) > TOLERANCE[dtype_name]:
             row["status"] = (f"wrong: max|out-ref|/max|ref| = {row['max_err']} > "
                              f"{TOLERANCE[dtype_name]:g}")
@@ -577,7 +658,8 @@ class Bench:
                 "head_dim_k": dk, "head_dim_v": dv, "depth": depth, "q_tokens": n, "gqa": "",
                 "us_median": "", "us_min": "", "us_max": "",
                 "kv_bytes": depth * hkv * (dk + dv) * esize, "gbps": "", "status": status,
-                "mask": "", "copies": "", "max_err": ""}
+                "mask": "", "copies": "", "max_err": "",
+                "flops": attention_flops(hq, dk, dv, n, depth), "tflops": ""}
 
 
 def human_line(r):
@@ -587,19 +669,77 @@ def human_line(r):
         f"{fmt_us(float(r['us_median']))} ({fmt_us(float(r['us_min']))}-" \
         f"{fmt_us(float(r['us_max']))})"
     gbps = f"{float(r['gbps']):.0f}" if r["gbps"] else "-"
+    tflops = f"{float(r['tflops']):.1f}" if r["tflops"] else "-"
     return (f"| {r['backend']:<9} | {r['dtype']:<4} | {r['q_heads']}/{r['kv_heads']:<3} | "
-            f"{d:>7} | {r['depth']:>8} | {r['q_tokens']:>2} | {r['gqa'] or '-':<8} | "
-            f"{r['mask'] or '-':<11} | {us:>22} | {gbps:>6} | {r['max_err'] or '-':>8} | "
-            f"{r['status']} |")
+            f"{d:>7} | {r['depth']:>8} | {r['q_tokens']:>5} | {r['gqa'] or '-':<8} | "
+            f"{r['mask'] or '-':<11} | {us:>22} | {gbps:>6} | {tflops:>7} | "
+            f"{r['max_err'] or '-':>8} | {r['status']} |")
 
 
-HUMAN_HEADER = ("| backend   | type | heads  |       D |    depth |  n | gqa      | mask        |"
-                "       µs/call (min-max) |  GB/s |  max_err | status |\n"
-                "|---|---|---|---:|---:|---:|---|---|---:|---:|---:|---|")
+HUMAN_HEADER = ("| backend   | type | heads  |       D |    depth |     n | gqa      | mask        |"
+                "       µs/call (min-max) |  GB/s | TFLOP/s |  max_err | status |\n"
+                "|---|---|---|---:|---:|---:|---|---|---:|---:|---:|---:|---|")
+
+
+def self_test():
+    """What runs without torch: argument parsing and the flop count (a CTest test)."""
+    fails = []
+
+    def expect(what, cond):
+        if not cond:
+            fails.append(what)
+
+    def usage_error(argv):
+        stderr, sys.stderr = sys.stderr, open(os.devnull, "w")
+        try:
+            parse_args(argv)
+            return False
+        except SystemExit as e:
+            return e.code == 2
+        finally:
+            sys.stderr.close()
+            sys.stderr = stderr
+
+    a = parse_args([])
+    expect("decode defaults", a.points == [(1, 4096), (1, 32768)] and a.head_dim == [(128, 128)]
+           and a.backends == ["cudnn", "flash"])
+    a = parse_args(["-n", "1,8", "-d", "4K"])
+    expect("-n x -d", a.points == [(1, 4096), (8, 4096)])
+    a = parse_args(["--prefill"])
+    expect("--prefill points", a.points == [(8192, 8192), (32768, 32768), (2048, 8192),
+                                            (2048, 32768), (2048, 131072)])
+    expect("--prefill head dims", a.head_dim == [(64, 64), (128, 128), (256, 256)])
+    expect("--prefill backends", a.backends == ["cudnn", "flash", "efficient"])
+    a = parse_args(["--prefill", "--points", "2048:128K", "--head-dim", "128",
+                    "--backends", "flash"])
+    expect("--prefill with explicit flags", a.points == [(2048, 131072)]
+           and a.head_dim == [(128, 128)] and a.backends == ["flash"])
+    for bad in (["--points", "4096:2048"], ["--points", "2048"], ["--points", "0:8"],
+                ["--prefill", "-d", "8192"], ["--points", "9:9", "-n", "9"]):
+        expect(f"usage error for {' '.join(bad)}", usage_error(bad))
+    # Against the hand-computed counts of kvflash-bench's BenchMetrics.VisiblePairs.
+    expect("decode sees the whole cache", visible_pairs(1, 100) == 100)
+    expect("fresh prompt: a triangle", visible_pairs(4, 4) == 1 + 2 + 3 + 4)
+    expect("chunk: queries at 3 and 4", visible_pairs(2, 5) == 4 + 5)
+    expect("no mask", visible_pairs(3, 5, causal=False) == 15)
+    expect("window 2", visible_pairs(4, 4, window=2) == 1 + 2 + 2 + 2)
+    expect("non-causal window", visible_pairs(2, 5, causal=False, window=2) == 3 + 2)
+    expect("queries before position 0", visible_pairs(3, 2) == 0 + 1 + 2)
+    expect("2048 onto 8192", visible_pairs(2048, 8192) == 2048 * 6144 + 2048 * 2049 // 2)
+    expect("flops of a chunk", attention_flops(32, 128, 128, 2048, 8192)
+           == 2 * 256 * 32 * (2048 * 6144 + 2048 * 2049 // 2))
+    expect("flops of decode", attention_flops(32, 128, 128, 1, 1024) == 2 * 256 * 32 * 1024)
+    for f in fails:
+        print(f"self-test FAILED: {f}")
+    print("self-test:", "failed" if fails else "passed")
+    return 1 if fails else 0
 
 
 def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv == ["--self-test"]:
+        return self_test()
+    args = parse_args(argv)
     try:
         import torch
     except ImportError as e:
@@ -626,14 +766,12 @@ def main(argv=None):
             for dtype_name in args.dtypes:
                 for hq, hkv in args.heads:
                     for dk, dv in args.head_dim:
-                        for n in args.n_query:
-                            for depth in args.depths:
-                                r = bench.run_point(backend, dtype_name, hq, hkv, dk, dv, depth,
-                                                    n)
-                                wrong += r["status"].startswith("wrong")
-                                writer.writerow(r)
-                                out.flush()
-                                print(human_line(r), file=sys.stderr, flush=True)
+                        for n, depth in args.points:
+                            r = bench.run_point(backend, dtype_name, hq, hkv, dk, dv, depth, n)
+                            wrong += r["status"].startswith("wrong")
+                            writer.writerow(r)
+                            out.flush()
+                            print(human_line(r), file=sys.stderr, flush=True)
     finally:
         if out is not sys.stdout:
             out.close()

@@ -17,13 +17,22 @@
 #   (KVFLASH_GPU_QUICK=1: no tests, no sanitizer, no SDPA, a small benchmark: for tuning runs)
 #   summary.md   both as tables: % of read bandwidth, straight-line fit and steps (also printed)
 #   loop.md      kvflash-loop: a 32-layer model's attention per decode step, eager and as one CUDA
-#                graph (time per token, graph overhead, memory against kvflash-plan)
+#                graph (time per token, graph overhead, memory against kvflash-plan); then per
+#                2048-token prefill chunk through gpu::KvCache (tokens/s per KV type against f16)
 #   bench_sdpa.csv (+ .err)  the fair peer: PyTorch scaled_dot_product_attention (cuDNN and flash
 #                backends, f16/bf16) on the same GPU, 32/8 heads, D 128, depths 4K/32K/128K/1M, 1
 #                and 8 query tokens (scripts/bench_sdpa.py); needs python3 with torch, else .err
 #                says it was skipped
 #   compare_sdpa.md  kvflash vs SDPA, one table per shape (scripts/compare_sdpa.py); also printed
 #                at the end of stdout
+#   bench_prefill.csv (+ .err)  kvflash-bench CUDA prefill (cuda.prefill): fresh prompts of 8K and
+#                32K tokens, chunks of 2048 queries onto 8K/32K/128K caches, 32/8 heads, head dims
+#                64/128/256, f16, bf16, q8_0, q4_0, turbo2/3/4 and q8_0/turbo4; TFLOP/s of the
+#                visible (query, key) pairs
+#   bench_sdpa_prefill.csv (+ .err)  SDPA (cuDNN, flash, efficient; f16, bf16) on the same shapes
+#                (scripts/bench_sdpa.py --prefill)
+#   prefill.md   each KV type's prefill TFLOP/s against f16, and kvflash f16 against the fastest
+#                SDPA (scripts/compare_prefill.py); also printed
 # The Debian -dev packages kvflash builds with come from .debs/ where the machine lacks them
 # (scripts/gpu_deps.sh).
 set -uo pipefail
@@ -177,9 +186,27 @@ loop=build/gpu/tools/loop/kvflash-loop
   echo; $loop -ctk f16 -ctv f16 -d 4096,262144 -n 10
   echo; $loop -ctk q4_0 -ctv q4_0 -d 4096,262144 -n 10
   echo; $loop --layers 4 -ctk f16,q8_0,q4_0,turbo3 -ctv q8_0,q4_0,turbo4,f16 -d 4096,65536 -n 10
+  # Issue 39 point 6: one 2048-token prefill chunk per step through gpu::KvCache, per KV type
+  # against f16.
+  echo; $loop --chunk 2048 -d 8192,32768 -n 5
 } > "$out/loop.md" 2>&1
 echo "loop rc=$?"
-grep -E "^\| *[0-9]|kvflash-plan|Graph runner|fell by" "$out/loop.md"
+grep -E "^\| *[0-9a-z]|kvflash-plan|Graph runner|fell by" "$out/loop.md"
+# Prefill (n > 8 query tokens): the shapes of scripts/bench_sdpa.py --prefill (its PREFILL_POINTS
+# and PREFILL_HEAD_DIMS), every type and the mixed pair; one CSV header.
+prefill_common=(--backend cuda -r 10 --warmup 2 --no-progress -o csv --heads 32/8
+                --head-dim "64,128,256")
+{
+  header=1
+  for shape in "-n 8192 -d 8192" "-n 32768 -d 32768" "-n 2048 -d 8192,32768,131072"; do
+    for types in "-ctk f16,bf16,q8_0,q4_0,turbo2,turbo3,turbo4" "-ctk q8_0 -ctv turbo4"; do
+      # shellcheck disable=SC2086
+      $bench "${prefill_common[@]}" $shape $types | tail -n +$((header ? 1 : 2))
+      header=0
+    done
+  done
+} > "$out/bench_prefill.csv" 2> "$out/bench_prefill.err"
+echo "prefill bench rc=$? $(grep -c cuda "$out/bench_prefill.csv") rows"
 fi
 
 # Optional (KVFLASH_GPU_PROFILE=1): Nsight Compute on the decode kernel at 1M tokens (f16, q4_0)
@@ -202,11 +229,16 @@ if [ -n "${KVFLASH_GPU_PROFILE:-}" ]; then
     ncu -i "$out/q4_0_1M.ncu-rep" --page source --csv --print-source sass \
       > "$out/q4_0_1M_sass.csv" 2>> "$out/q4_0_1M.log"
   echo "source page rc=$? ($(wc -l < "$out/q4_0_1M_sass.csv" 2>/dev/null) lines)"
-  obj=build/gpu/src/backends/cuda/CMakeFiles/kvflash_cuda.dir/decode/instances
+  # This build's instances (KVFLASH_CUDA_ALL_PAIRS): one object per K type and row count.
+  obj=build/gpu/src/backends/cuda/CMakeFiles/kvflash_cuda.dir/decode/instances/all_pairs
   # Each function whole: from its header to the next function's (the first EXIT is an early one).
   fn() { awk -v f="$1" '/Function : /{p = index($0, f) > 0} p'; }
-  { cuobjdump -sass "$obj/decode_k_q4_0.cu.o" | fn decode_kernelILNS_6KvTypeE4ELS3_4E
-    cuobjdump -sass "$obj/decode_k_f16.cu.o" | fn decode_kernelILNS_6KvTypeE1ELS3_1E
+  { for o in "$obj"/decode_k_q4_0_r*.cu.o; do
+      cuobjdump -sass "$o" | fn decode_kernelILNS_6KvTypeE4ELS3_4E
+    done
+    for o in "$obj"/decode_k_f16_r*.cu.o; do
+      cuobjdump -sass "$o" | fn decode_kernelILNS_6KvTypeE1ELS3_1E
+    done
   } > "$out/sass.txt" 2>&1
   echo "profile: $(grep -c . "$out/profile.txt") lines, sass: $(grep -c . "$out/sass.txt") lines"
 fi
@@ -217,9 +249,18 @@ if [ -z "${KVFLASH_GPU_QUICK:-}" ] && python3 -c 'import torch' > /dev/null 2>&1
   python3 scripts/bench_sdpa.py --heads 32/8 --head-dim 128 -d 4096,32768,131072,1048576 -n 1,8 \
     -o "$out/bench_sdpa.csv" 2> "$out/bench_sdpa.err"
   echo "sdpa bench rc=$? $(tail -n 1 "$out/bench_sdpa.err")"
+  python3 scripts/bench_sdpa.py --prefill --heads 32/8 -r 10 --warmup 3 \
+    -o "$out/bench_sdpa_prefill.csv" 2> "$out/bench_sdpa_prefill.err"
+  echo "sdpa prefill bench rc=$? $(tail -n 1 "$out/bench_sdpa_prefill.err")"
 else
-  echo "sdpa bench skipped: python3 cannot import torch" | tee "$out/bench_sdpa.err"
+  echo "sdpa bench skipped: python3 cannot import torch" | tee "$out/bench_sdpa.err" \
+    "$out/bench_sdpa_prefill.err"
 fi
 python3 scripts/compare_sdpa.py "$out/bench_cuda.csv" "$out/bench_sdpa.csv" > "$out/compare_sdpa.md"
 cat "$out/compare_sdpa.md"
+if [ -z "${KVFLASH_GPU_QUICK:-}" ]; then
+  python3 scripts/compare_prefill.py "$out/bench_prefill.csv" "$out/bench_sdpa_prefill.csv" \
+    > "$out/prefill.md"
+  cat "$out/prefill.md"
+fi
 exit $ctest_rc

@@ -3,7 +3,9 @@
 # what to install when it cannot. Safe to run again: it installs only what is missing.
 set -euo pipefail
 
-packages=(cmake g++ make libgtest-dev libgmock-dev libfmt-dev nlohmann-json3-dev libcli11-dev)
+# clang: the "asan" preset (scripts/test.sh --asan) builds with it; pkg-config: the install test.
+packages=(cmake g++ make clang pkg-config libgtest-dev libgmock-dev libfmt-dev nlohmann-json3-dev
+          libcli11-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -3,7 +3,8 @@
 # nvcc is found: compile only, so a CUDA build break never lands) with warnings as errors, and run
 # every CPU test (GPU tests are labelled "gpu" and skip without a GPU).
 #   scripts/test.sh           Release build (preset "ci") + all tests
-#   scripts/test.sh --asan    also the AddressSanitizer/UBSan build (preset "asan") + its tests
+#   scripts/test.sh --asan    also the AddressSanitizer/UBSan build (preset "asan") + its tests,
+#                             and the ThreadSanitizer build of the thread tests (preset "tsan")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -21,4 +22,5 @@ run_preset() {
 run_preset ci
 if [ "${1:-}" = "--asan" ]; then
   run_preset asan
+  run_preset tsan
 fi

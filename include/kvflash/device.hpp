@@ -9,6 +9,7 @@
 #include <functional>
 #include <optional>
 
+#include "kvflash/export.h"
 #include "kvflash/formats.hpp"
 #include "kvflash/stack_arena.hpp"
 #include "kvflash/status.hpp"
@@ -17,18 +18,18 @@ namespace kvflash {
 
 // Number of CUDA devices visible; 0 when the CUDA backend is not built, or no driver or device
 // is present (never an error).
-int cuda_device_count();
+KVFLASH_API int cuda_device_count();
 
 // Streaming-read bandwidth of CUDA device 0 in GB/s (1e9 bytes/s): a kernel reads a 4 GiB
 // buffer (16-byte loads, grid-stride, every SM busy), event-timed after a warm-up pass, best of
 // 5. This is the roofline decode kernels are measured against (KV decode only reads).
 // nullopt without a device or when the measurement fails (the reason is not an error here).
-std::optional<double> cuda_read_bandwidth_gbps();
+KVFLASH_API std::optional<double> cuda_read_bandwidth_gbps();
 
 namespace gpu {
 
 // One device allocation (cudaMalloc on the current device), freed by the destructor. Move-only.
-class DeviceBuffer {
+class KVFLASH_API DeviceBuffer {
  public:
   DeviceBuffer() = default;
   static Expected<DeviceBuffer> allocate(size_t bytes);
@@ -47,7 +48,7 @@ class DeviceBuffer {
 
 // A non-blocking CUDA stream, destroyed by the destructor. Move-only. handle() is the
 // cudaStream_t to pass to kvflash::run().
-class Stream {
+class KVFLASH_API Stream {
  public:
   Stream() = default;
   static Expected<Stream> create();
@@ -66,30 +67,30 @@ class Stream {
 // Copies (cudaMemcpyAsync with cudaMemcpyDefault, so either side may be host or device) and
 // fills on `stream`; call Stream::synchronize() (or pass a null stream and they complete
 // before returning) before the host reads or frees the memory.
-Status copy(void* dst, const void* src, size_t bytes, void* stream = nullptr);
+KVFLASH_API Status copy(void* dst, const void* src, size_t bytes, void* stream = nullptr);
 // Waits for everything enqueued on `stream` (a raw cudaStream_t; nullptr: the legacy default
 // stream).
-Status synchronize(void* stream);
-Status fill(void* dst, int byte_value, size_t bytes, void* stream = nullptr);
+KVFLASH_API Status synchronize(void* stream);
+KVFLASH_API Status fill(void* dst, int byte_value, size_t bytes, void* stream = nullptr);
 // Holds `stream` busy for about `microseconds` of device time (one thread watching the device
 // clock; no memory traffic). Enqueued before a timed call, it lets the host enqueue the call
 // before the start event fires, so the events time the device work alone.
-Status spin(double microseconds, void* stream = nullptr);
+KVFLASH_API Status spin(double microseconds, void* stream = nullptr);
 
 // kvflash::quantize_rows on the device: n_rows rows of n_values floats at `src` (device memory,
 // row after row) into `dst` (device memory, row_size(t, n_values) bytes per row, row after row),
 // enqueued on `stream` (no allocation, no synchronization: legal under graph capture). The bytes
 // are the host's: every type, padding and saturation rule of formats.hpp, bit for bit.
-Status quantize_rows(KvType t, const float* src, int64_t n_rows, int64_t n_values, void* dst,
-                     void* stream = nullptr);
+KVFLASH_API Status quantize_rows(KvType t, const float* src, int64_t n_rows, int64_t n_values,
+                                 void* dst, void* stream = nullptr);
 
 // Milliseconds of device time for what `enqueue` puts on `stream`, measured with two CUDA events
 // around it (then synchronizes on the end event). An error from enqueue is returned as is.
-Expected<double> time_ms(void* stream, const std::function<Status()>& enqueue);
+KVFLASH_API Expected<double> time_ms(void* stream, const std::function<Status()>& enqueue);
 
 // A CUDA graph captured from what `enqueue` puts on `stream` (global capture mode, so any
 // illegal call during capture fails the capture), instantiated and ready to launch. Move-only.
-class Graph {
+class KVFLASH_API Graph {
  public:
   Graph() = default;
   static Expected<Graph> capture(void* stream, const std::function<Status()>& enqueue);
@@ -119,7 +120,7 @@ class Graph {
 // and only stream order guarantees that the work still reading it finishes before the next
 // user's work starts. Work on another stream needs the caller's own event ordering, and the
 // pool cannot check it. Move-only; the memory is freed by the destructor.
-class DevicePool {
+class KVFLASH_API DevicePool {
  public:
   static constexpr size_t kDefaultAlignment = StackArena::kDefaultAlignment;
 
@@ -166,10 +167,10 @@ struct MemoryInfo {
   size_t free = 0;
   size_t total = 0;
 };
-Expected<MemoryInfo> memory_info();
+KVFLASH_API Expected<MemoryInfo> memory_info();
 
 // The last asynchronous error of the current device (cudaGetLastError), as a Status.
-Status last_error();
+KVFLASH_API Status last_error();
 
 }  // namespace gpu
 }  // namespace kvflash

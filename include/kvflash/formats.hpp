@@ -24,6 +24,8 @@
 #include <optional>
 #include <string_view>
 
+#include "kvflash/export.h"
+
 namespace kvflash {
 
 enum class KvType : uint8_t { f32, f16, bf16, q8_0, q4_0, turbo2, turbo3, turbo4 };
@@ -71,9 +73,9 @@ constexpr std::string_view to_string(KvType t) {
 constexpr bool is_rotated(KvType t) {
   return traits(t).rotated;
 }
-std::optional<KvType> kv_type_from_name(std::string_view name);
+KVFLASH_API std::optional<KvType> kv_type_from_name(std::string_view name);
 // "f32, f16, bf16, q8_0, ..." for error messages.
-std::string_view kv_type_names();
+KVFLASH_API std::string_view kv_type_names();
 
 // Values stored for a row of n values: n rounded up to whole blocks.
 constexpr int64_t padded_values(KvType t, int64_t n) {
@@ -95,27 +97,27 @@ constexpr double bytes_per_value(KvType t, int64_t n) {
 // would overflow to inf: such a scale saturates to +-65504 (and the codes saturate), so the block
 // decodes clipped but finite; a turbo norm saturates the same way (turbo.hpp). f16 values beyond
 // the fp16 range become +-inf (IEEE round to nearest even, as F16C).
-void quantize_row(KvType t, const float* src, int64_t n, void* dst);
+KVFLASH_API void quantize_row(KvType t, const float* src, int64_t n, void* dst);
 // One row back to n floats in the original domain (turbo: inverse-rotated).
-void dequantize_row(KvType t, const void* src, int64_t n, float* dst);
+KVFLASH_API void dequantize_row(KvType t, const void* src, int64_t n, float* dst);
 // Many rows of n values each; src rows are n floats apart, dst rows row_size(t, n) bytes apart.
-void quantize_rows(KvType t, const float* src, int64_t n_rows, int64_t n, void* dst);
+KVFLASH_API void quantize_rows(KvType t, const float* src, int64_t n_rows, int64_t n, void* dst);
 
 // Kernels work in the storage domain: for turbo types this writes padded_values(t, n) values
 // norm * c (still rotated, no inverse rotation); for all other types it equals dequantize_row
 // and writes n values.
-void dequantize_row_rotated(KvType t, const void* src, int64_t n, float* dst);
+KVFLASH_API void dequantize_row_rotated(KvType t, const void* src, int64_t n, float* dst);
 
 // The fixed turbo rotation R, applied in place to each 128-value group of x (n_padded is a
 // multiple of 128). rotate_inverse(rotate_forward(x)) == x up to rounding.
 inline constexpr int32_t kTurboGroup = 128;
-void rotate_forward(float* x, int64_t n_padded);
-void rotate_inverse(float* x, int64_t n_padded);
+KVFLASH_API void rotate_forward(float* x, int64_t n_padded);
+KVFLASH_API void rotate_inverse(float* x, int64_t n_padded);
 
 // fp16 / bf16 scalar conversions, round to nearest even (bit-identical to F16C vcvtps2ph imm=0).
-uint16_t fp32_to_fp16(float f);
-float fp16_to_fp32(uint16_t h);
-uint16_t fp32_to_bf16(float f);
-float bf16_to_fp32(uint16_t h);
+KVFLASH_API uint16_t fp32_to_fp16(float f);
+KVFLASH_API float fp16_to_fp32(uint16_t h);
+KVFLASH_API uint16_t fp32_to_bf16(float f);
+KVFLASH_API float bf16_to_fp32(uint16_t h);
 
 }  // namespace kvflash

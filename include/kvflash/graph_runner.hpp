@@ -28,6 +28,7 @@
 #include <utility>
 
 #include "kvflash/device.hpp"
+#include "kvflash/export.h"
 #include "kvflash/formats.hpp"
 #include "kvflash/problem.hpp"
 #include "kvflash/status.hpp"
@@ -46,7 +47,7 @@ struct ShapeSignature {
 };
 // One line, describe() of the problem and the key, e.g.
 // "seqs=1 q=1 heads=32/8 d=128/128 k=q8_0 v=q4_0 kv=32768 causal key=0x0".
-std::string describe(const ShapeSignature& s);
+KVFLASH_API std::string describe(const ShapeSignature& s);
 
 // A non-owning reference to a callable `Status()`: what a step enqueues. Two pointers, no
 // allocation (a std::function made from a lambda with captures may allocate); the callable must
@@ -75,10 +76,10 @@ struct GraphCounters {
 };
 
 enum class StepKind { eager, capture, replay };
-const char* to_string(StepKind k);
+KVFLASH_API const char* to_string(StepKind k);
 
 // What the policy asks of the machine. Each call either does it or returns why not.
-class StepExecutor {
+class KVFLASH_API StepExecutor {
  public:
   virtual ~StepExecutor() = default;
   virtual Status run_eager(EnqueueRef enqueue) = 0;
@@ -89,7 +90,7 @@ class StepExecutor {
 };
 
 // The policy above, over an executor it does not own. No allocation on any path but errors.
-class GraphStepper {
+class KVFLASH_API GraphStepper {
  public:
   explicit GraphStepper(StepExecutor& executor) : executor_(&executor) {}
 
@@ -120,7 +121,7 @@ namespace gpu {
 // stream cannot be captured): eager steps call enqueue on the stream, captures use
 // gpu::Graph::capture, replays gpu::Graph::launch. A replay is one cudaGraphLaunch: no
 // allocation, no synchronization. Not movable (the stepper points at its executor).
-class GraphRunner {
+class KVFLASH_API GraphRunner {
  public:
   explicit GraphRunner(void* stream) : executor_(stream), stepper_(executor_) {}
   GraphRunner(const GraphRunner&) = delete;
@@ -136,7 +137,7 @@ class GraphRunner {
   void* stream() const { return executor_.stream; }
 
  private:
-  struct CudaExecutor final : StepExecutor {
+  struct KVFLASH_API CudaExecutor final : StepExecutor {
     explicit CudaExecutor(void* s) : stream(s) {}
     Status run_eager(EnqueueRef enqueue) override;
     Status capture(EnqueueRef enqueue) override;

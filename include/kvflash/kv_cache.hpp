@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "kvflash/device.hpp"
+#include "kvflash/export.h"
 #include "kvflash/formats.hpp"
 #include "kvflash/memory_report.hpp"
 #include "kvflash/problem.hpp"
@@ -61,9 +62,9 @@ struct KvCacheBytes {
   size_t control = 0;  // lengths, full flags, page table
   size_t total() const { return rows + padding + control; }
 };
-Expected<KvCacheBytes> kv_cache_bytes(const KvCacheConfig& c);
+KVFLASH_API Expected<KvCacheBytes> kv_cache_bytes(const KvCacheConfig& c);
 
-class KvCache {
+class KVFLASH_API KvCache {
  public:
   KvCache() = default;
   // Validates the config (names the offending field), allocates the device memory (two

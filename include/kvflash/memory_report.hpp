@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kvflash/export.h"
 #include "kvflash/stack_arena.hpp"
 
 namespace kvflash {
@@ -20,7 +21,7 @@ struct MemoryEntry {
   std::string note;
 };
 
-struct MemoryReport {
+struct KVFLASH_API MemoryReport {
   int device = -1;  // -1: not said
   std::vector<MemoryEntry> entries;
 
@@ -40,6 +41,6 @@ struct MemoryReport {
 };
 
 // 1536 -> "1.50 KiB", 3 -> "3 B" (binary units, two decimals).
-std::string format_bytes(size_t bytes);
+KVFLASH_API std::string format_bytes(size_t bytes);
 
 }  // namespace kvflash

@@ -3,14 +3,16 @@
 // tiling, no split, no approximation.
 #pragma once
 
+#include "kvflash/export.h"
 #include "kvflash/problem.hpp"
 #include "kvflash/status.hpp"
 
 namespace kvflash {
 
 // Same tensors as any backend (host memory). out / lse receive float copies of the double result;
-// out_f64 (optional, same shape as out) receives the double result itself.
-Status reference_attention(const AttentionProblem& p, const AttentionTensors& t,
-                           double* out_f64 = nullptr);
+// out_f64 (optional, same shape as out) receives the double result itself. Ragged problems read
+// the packed rows of q_offsets (problem.hpp); offsets that break its rules are invalid_argument.
+KVFLASH_API Status reference_attention(const AttentionProblem& p, const AttentionTensors& t,
+                                       double* out_f64 = nullptr);
 
 }  // namespace kvflash

@@ -17,14 +17,16 @@
 #include <string_view>
 #include <vector>
 
+#include "kvflash/export.h"
+#include "kvflash/parallel.hpp"
 #include "kvflash/problem.hpp"
 #include "kvflash/status.hpp"
 
 namespace kvflash {
 
 enum class Backend { cpu, cuda };
-const char* to_string(Backend b);
-std::optional<Backend> backend_from_name(std::string_view name);
+KVFLASH_API const char* to_string(Backend b);
+KVFLASH_API std::optional<Backend> backend_from_name(std::string_view name);
 
 // A guard returns std::nullopt when the problem passes, or the reason it is rejected.
 struct Guard {
@@ -36,7 +38,7 @@ struct Plan;
 // What a backend decides at plan time beyond Plan's own fields (its kernel instance, layout,
 // launch shape, the parameters that do not depend on the tensors), for its run() alone. Shared,
 // immutable, by every copy of the plan.
-struct BackendPlan {
+struct KVFLASH_API BackendPlan {
   virtual ~BackendPlan() = default;
 };
 
@@ -67,40 +69,54 @@ struct SelectOptions {
 };
 
 // All candidates built into this library, every backend.
-const std::vector<KernelCandidate>& kernel_candidates();
+KVFLASH_API const std::vector<KernelCandidate>& kernel_candidates();
 
 // Validates the problem, then picks the highest-priority candidate whose guards all pass.
-Expected<const KernelCandidate*> select_kernel(const AttentionProblem& p,
-                                               const SelectOptions& opt = {});
+KVFLASH_API Expected<const KernelCandidate*> select_kernel(const AttentionProblem& p,
+                                                           const SelectOptions& opt = {});
 
 // Plan, then run. plan() (host, no allocation of device memory) selects the kernel and sizes the
 // workspace for the problem's kv_capacity; run() allocates nothing and makes no synchronizing call.
 struct PlanOptions {
   SelectOptions select;
-  int32_t n_threads = 0;  // CPU threads, 0 = all hardware threads
+  // CPU threads: 0 = all the parallel-for offers (the hardware threads for the process-wide pool),
+  // else at most that many. The workspace holds one scratch area per thread.
+  int32_t n_threads = 0;
+  // CPU: where the kernels' loops run, e.g. the engine's own threads or a kvflash::ThreadPool
+  // (pool.as_parallel_for()); it must outlive the plan. Unset: ThreadPool::process(), shared by
+  // every caller of the process (their calls are served one after the other).
+  ParallelFor parallel_for;
+  // CPU, process-wide pool: microseconds its workers keep spinning after each loop before they
+  // sleep, so that a call following within that time starts at once (a decode loop); 0 = sleep at
+  // once. A ThreadPool given as parallel_for spins by its own setting.
+  int32_t spin_us = 0;
 };
 
 struct Plan {
   AttentionProblem problem;
   const KernelCandidate* kernel = nullptr;
   int32_t n_threads = 1;
-  int32_t n_splits = 1;  // KV splits per (sequence, KV head)
+  ParallelFor parallel_for;  // CPU: PlanOptions::parallel_for (unset: the process-wide pool)
+  int32_t spin_us = 0;       // CPU: PlanOptions::spin_us
+  int32_t n_splits = 1;      // KV splits per (sequence, KV head)
   size_t workspace_bytes = 0;
   std::shared_ptr<const BackendPlan> detail;  // the backend's own decisions (may be null)
 };
 
-Expected<Plan> plan(const AttentionProblem& p, const PlanOptions& opt = {});
+KVFLASH_API Expected<Plan> plan(const AttentionProblem& p, const PlanOptions& opt = {});
 // Whether run(plan, t, ...) accepts these tensors: validate(plan.problem, t) and the plan's
 // kernel's requirements on their layout (alignment and strides its copies need), on pointers
 // and strides alone (device memory is never read). run() checks the same, first.
-Status validate(const Plan& plan, const AttentionTensors& t);
+KVFLASH_API Status validate(const Plan& plan, const AttentionTensors& t);
 // For a CUDA plan: t's pointers (kv_lens included: lengths are read on the device, so one captured
 // graph serves every length up to problem.kv_capacity) and the workspace are device memory, and
 // `stream` is a cudaStream_t. Legal under stream capture: no allocation, no synchronization.
-Status run(const Plan& plan, const AttentionTensors& t, void* workspace, void* stream = nullptr);
+KVFLASH_API Status run(const Plan& plan, const AttentionTensors& t, void* workspace,
+                       void* stream = nullptr);
 
 // Host convenience: plan, allocate the workspace on the host, run. Host buffers, so CPU kernels
 // only: an unset opt.select.backend means cpu; asking for cuda is an error.
-Status attention(const AttentionProblem& p, const AttentionTensors& t, const PlanOptions& opt = {});
+KVFLASH_API Status attention(const AttentionProblem& p, const AttentionTensors& t,
+                             const PlanOptions& opt = {});
 
 }  // namespace kvflash

@@ -10,6 +10,7 @@
 #include <optional>
 #include <vector>
 
+#include "kvflash/export.h"
 #include "kvflash/status.hpp"
 
 namespace kvflash {
@@ -21,7 +22,7 @@ struct ArenaMark {
   size_t top = 0;
 };
 
-class StackArena {
+class KVFLASH_API StackArena {
  public:
   // 256 bytes: what cudaMalloc guarantees, enough for every vector load and for the decode
   // kernel's workspace.
@@ -87,7 +88,7 @@ class StackArena {
 // Rewinds the arena to where it stood at construction when it goes out of scope (or at close(),
 // which returns the error that a destructor cannot). Scopes must nest, and the arena must not
 // move while a scope refers to it.
-class ArenaScope {
+class KVFLASH_API ArenaScope {
  public:
   explicit ArenaScope(StackArena& arena) : arena_(&arena), mark_(arena.mark()) {}
   ArenaScope(const ArenaScope&) = delete;

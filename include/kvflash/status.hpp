@@ -2,11 +2,17 @@
 // offending field, its value and what is allowed. Nothing in kvflash throws across its API.
 #pragma once
 
+#if __cplusplus < 202002L
+#error "kvflash's C++ headers (kvflash/*.hpp) need C++20; C and C++17 code use kvflash/kvflash.h"
+#endif
+
 #include <cassert>
 #include <optional>
 #include <string>
 #include <utility>
 #include <variant>
+
+#include "kvflash/export.h"
 
 namespace kvflash {
 
@@ -18,7 +24,7 @@ enum class ErrorCode {
   internal,
 };
 
-const char* to_string(ErrorCode code);
+KVFLASH_API const char* to_string(ErrorCode code);
 
 struct Error {
   ErrorCode code = ErrorCode::internal;

@@ -38,6 +38,7 @@
 #include <cstdint>
 
 #include "kvflash/blocks.hpp"
+#include "kvflash/export.h"
 #include "kvflash/formats.hpp"
 #include "kvflash/turbo_tables.hpp"
 
@@ -95,9 +96,9 @@ inline constexpr std::array<float, 15> kTurbo4Boundaries =
     detail::turbo_midpoints(kTurbo4Centroids);
 
 // The 2^turbo_bits(t) centroids of t, ascending; nullptr for a non-turbo type.
-const float* turbo_centroids(KvType t);
+KVFLASH_API const float* turbo_centroids(KvType t);
 // The 2^turbo_bits(t) - 1 decision boundaries of t, ascending; nullptr for a non-turbo type.
-const float* turbo_boundaries(KvType t);
+KVFLASH_API const float* turbo_boundaries(KvType t);
 
 // Code i (0..127) of one turbo block (BlockTurbo2/3/4 per t), read with the bit-plane formulas
 // of blocks.hpp.

@@ -1,5 +1,6 @@
-// The C API (include/kvflash/kvflash.h): converts C structs to the C++ value types, calls the C++
-// API and turns its Status into a status code plus a thread-local message. No exception escapes.
+// The C API (include/kvflash/kvflash.h), its value half: errors, formats, the problem and tensors,
+// one-call attention and the registry query. The engine half (plans, CUDA services, the device KV
+// cache) is kvflash_c_engine.cpp; both convert through capi.hpp.
 #include <fmt/format.h>
 
 #include <cstdint>
@@ -10,16 +11,18 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "capi/capi.hpp"
 #include "kvflash/formats.hpp"
 #include "kvflash/kvflash.h"
 #include "kvflash/problem.hpp"
 #include "kvflash/registry.hpp"
 #include "kvflash/status.hpp"
 
-namespace {
+namespace kvflash::capi {
 
 using kvflash::ErrorCode;
 using kvflash::KvType;
@@ -47,8 +50,9 @@ static_assert(to_c(ErrorCode::internal) == KVFLASH_ERROR_INTERNAL);
 
 static_assert(sizeof(kvflash_type) == 4 && sizeof(kvflash_backend) == 4 &&
               sizeof(kvflash_status) == 4);
-
-constexpr int kOk = KVFLASH_OK;
+// A C parallel-for is a kvflash::ParallelFor as it stands (same signature, task type included).
+static_assert(std::is_same_v<kvflash_task_fn, kvflash::ParallelTask>);
+static_assert(std::is_same_v<kvflash_parallel_for_fn, decltype(kvflash::ParallelFor::run)>);
 
 // The int32 stored in a C enum field, read as bytes: a C caller may store any value there.
 template <class E>
@@ -100,20 +104,6 @@ int fail_exception(ErrorCode code, const char* function, const char* what) noexc
   }
 }
 
-// Runs f (returning an int status); any exception becomes an error code and a message.
-template <class F>
-int guarded(const char* function, F&& f) noexcept {
-  try {
-    return std::forward<F>(f)();
-  } catch (const std::bad_alloc&) {
-    return fail_exception(ErrorCode::out_of_memory, function, "out of memory");
-  } catch (const std::exception& e) {
-    return fail_exception(ErrorCode::internal, function, e.what());
-  } catch (...) {
-    return fail_exception(ErrorCode::internal, function, "unexpected exception of unknown type");
-  }
-}
-
 // ---- Conversions ------------------------------------------------------------------------------
 
 bool is_c_type(kvflash_type t) {
@@ -132,18 +122,24 @@ kvflash::Error bad_type(std::string_view field, kvflash_type t) {
                   KVFLASH_TYPE_COUNT - 1, kvflash::kv_type_names()));
 }
 
+// A type that is not a kvflash_type cannot be held by the C++ problem, so it is reported here;
+// the fields declared before k_type are checked first, so that the error names the first
+// offending field, as validate() promises.
 kvflash::Expected<kvflash::AttentionProblem> to_cpp(const kvflash_problem* c) {
-  if (c == nullptr) return kvflash::invalid_argument("problem is NULL");
-  const auto k = to_cpp(c->k_type);
-  if (!k) return bad_type("k_type", c->k_type);
-  const auto v = to_cpp(c->v_type);
-  if (!v) return bad_type("v_type", c->v_type);
+  if (c == nullptr)
+    return kvflash::invalid_argument("problem=NULL is missing (allowed: a pointer)");
   kvflash::AttentionProblem p;
   p.n_seqs = c->n_seqs;
   p.n_q_tokens = c->n_q_tokens;
   p.n_q_heads = c->n_q_heads;
   p.n_kv_heads = c->n_kv_heads;
   p.head_dim = {c->head_dim.k, c->head_dim.v};
+  const auto k = to_cpp(c->k_type);
+  const auto v = to_cpp(c->v_type);
+  if (!k || !v) {
+    if (const kvflash::Status s = kvflash::validate(p); !s) return s.error();
+    return !k ? bad_type("k_type", c->k_type) : bad_type("v_type", c->v_type);
+  }
   p.k_type = *k;
   p.v_type = *v;
   p.kv_capacity = c->kv_capacity;
@@ -155,6 +151,7 @@ kvflash::Expected<kvflash::AttentionProblem> to_cpp(const kvflash_problem* c) {
   p.has_sinks = c->has_sinks != 0;
   p.has_alibi = c->has_alibi != 0;
   p.page_size = c->page_size;
+  p.ragged_q = c->ragged_q != 0;
   return p;
 }
 
@@ -176,6 +173,7 @@ kvflash_problem to_c(const kvflash::AttentionProblem& p) {
   c.has_sinks = p.has_sinks ? 1 : 0;
   c.has_alibi = p.has_alibi ? 1 : 0;
   c.page_size = p.page_size;
+  c.ragged_q = p.ragged_q ? 1 : 0;
   return c;
 }
 
@@ -192,6 +190,11 @@ kvflash::KvTensor to_cpp(const kvflash_kv_tensor& c) {
   return t;
 }
 
+kvflash_kv_tensor to_c(const kvflash::KvTensor& t) {
+  return {t.data,       t.stride_token,  t.stride_head, t.stride_seq,
+          t.page_table, t.pages_per_seq, t.n_pages,     t.stride_page};
+}
+
 kvflash::AttentionTensors to_cpp(const kvflash_tensors& c) {
   kvflash::AttentionTensors t;
   t.q = c.q;
@@ -204,6 +207,7 @@ kvflash::AttentionTensors to_cpp(const kvflash_tensors& c) {
   t.alibi_slopes = c.alibi_slopes;
   t.out = c.out;
   t.lse = c.lse;
+  t.q_offsets = c.q_offsets;
   return t;
 }
 
@@ -250,6 +254,20 @@ kvflash::Expected<kvflash::PlanOptions> to_cpp(const kvflash_options* c) {
         c->n_threads));
   }
   o.n_threads = c->n_threads;
+  if (c->parallel_for != nullptr) {
+    if (c->parallel_for_threads < 1) {
+      return kvflash::invalid_argument(fmt::format(
+          "options.parallel_for_threads={} with options.parallel_for set (allowed: the thread "
+          "slots the parallel-for offers, >= 1)",
+          c->parallel_for_threads));
+    }
+    o.parallel_for = {c->parallel_for, c->parallel_for_user, c->parallel_for_threads};
+  }
+  if (c->spin_us < 0) {
+    return kvflash::invalid_argument(fmt::format(
+        "options.spin_us={} is negative (allowed: 0 for no spin, or microseconds)", c->spin_us));
+  }
+  o.spin_us = c->spin_us;
   if (c->force_kernel != nullptr) o.select.force = c->force_kernel;
   o.select.exclude = split_names(c->exclude_kernels);
   o.select.read_environment = c->ignore_environment == 0;
@@ -260,12 +278,13 @@ kvflash::Expected<kvflash::PlanOptions> to_cpp(const kvflash_options* c) {
 int copy_out(std::string_view s, char* buf, size_t capacity, std::string_view buf_name,
              std::string_view capacity_name) {
   if (buf == nullptr) {
-    return fail_invalid(fmt::format("{} is NULL ({}={})", buf_name, capacity_name, capacity));
+    return fail_invalid(fmt::format("{}=NULL is missing ({}={}) (allowed: a buffer)", buf_name,
+                                    capacity_name, capacity));
   }
   if (capacity < s.size() + 1) {
     if (capacity > 0) buf[0] = '\0';
-    return fail_invalid(fmt::format("{}={} is too small: \"{}\" needs {} bytes", capacity_name,
-                                    capacity, s, s.size() + 1));
+    return fail_invalid(fmt::format("{}={} is too small for \"{}\" (allowed: >= {} bytes)",
+                                    capacity_name, capacity, s, s.size() + 1));
   }
   std::memcpy(buf, s.data(), s.size());
   buf[s.size()] = '\0';
@@ -285,20 +304,22 @@ std::optional<kvflash::Error> check_row(kvflash_type type, const void* src, uint
     return kvflash::invalid_argument(
         fmt::format("n_values={} is out of range (allowed: 1 .. 2^56)", n_values));
   }
-  if (src == nullptr) return kvflash::invalid_argument("src is NULL");
-  if (dst == nullptr) return kvflash::invalid_argument("dst is NULL");
+  if (src == nullptr) return kvflash::invalid_argument("src=NULL is missing (allowed: a pointer)");
+  if (dst == nullptr) return kvflash::invalid_argument("dst=NULL is missing (allowed: a pointer)");
   if (!aligned(src, src_align)) {
-    return kvflash::invalid_argument(
-        fmt::format("src={} is not {}-byte aligned", fmt::ptr(src), src_align));
+    return kvflash::invalid_argument(fmt::format(
+        "src={} is misaligned (allowed: a multiple of {} bytes)", fmt::ptr(src), src_align));
   }
   if (!aligned(dst, dst_align)) {
-    return kvflash::invalid_argument(
-        fmt::format("dst={} is not {}-byte aligned", fmt::ptr(dst), dst_align));
+    return kvflash::invalid_argument(fmt::format(
+        "dst={} is misaligned (allowed: a multiple of {} bytes)", fmt::ptr(dst), dst_align));
   }
   return std::nullopt;
 }
 
-}  // namespace
+}  // namespace kvflash::capi
+
+using namespace kvflash::capi;
 
 // ---- Entry points ---------------------------------------------------------------------------
 
@@ -320,23 +341,19 @@ const char* kvflash_status_string(int status) {
   return "unknown";
 }
 
-#define KVFLASH_STR_(x) #x
-#define KVFLASH_STR(x) KVFLASH_STR_(x)
+// project(kvflash VERSION ...) in CMakeLists.txt, through the generated kvflash/version.h.
 const char* kvflash_version(void) {
-  return KVFLASH_STR(KVFLASH_VERSION_MAJOR) "." KVFLASH_STR(KVFLASH_VERSION_MINOR) "." KVFLASH_STR(
-      KVFLASH_VERSION_PATCH);
+  return KVFLASH_VERSION_STRING;
 }
-#undef KVFLASH_STR
-#undef KVFLASH_STR_
 
 kvflash_type kvflash_type_from_name(const char* name) {
   kvflash_type result = KVFLASH_TYPE_INVALID;
   guarded("kvflash_type_from_name", [&] {
-    if (name == nullptr) return fail_invalid("type name is NULL");
+    if (name == nullptr) return fail_invalid("name=NULL is missing (allowed: a type name)");
     const auto t = kvflash::kv_type_from_name(name);
     if (!t) {
-      return fail_invalid(
-          fmt::format("unknown type name \"{}\" (allowed: {})", name, kvflash::kv_type_names()));
+      return fail_invalid(fmt::format("name=\"{}\" is not a type name (allowed: {})", name,
+                                      kvflash::kv_type_names()));
     }
     result = static_cast<kvflash_type>(static_cast<int>(*t));
     return kOk;
@@ -410,20 +427,23 @@ int kvflash_problem_describe(const kvflash_problem* problem, char* text, size_t 
 int kvflash_kv_tensor_contiguous(const void* data, kvflash_type type, int32_t head_dim,
                                  int32_t n_kv_heads, int64_t capacity, kvflash_kv_tensor* tensor) {
   return guarded("kvflash_kv_tensor_contiguous", [&] {
-    if (tensor == nullptr) return fail_invalid("tensor is NULL");
+    if (tensor == nullptr) return fail_invalid("tensor=NULL is missing (allowed: a pointer)");
     const auto t = to_cpp(type);
     if (!t) return fail(bad_type("type", type));
-    if (head_dim <= 0) return fail_invalid(fmt::format("head_dim={} must be positive", head_dim));
+    if (head_dim <= 0)
+      return fail_invalid(fmt::format("head_dim={} is out of range (allowed: >= 1)", head_dim));
     if (n_kv_heads <= 0) {
-      return fail_invalid(fmt::format("n_kv_heads={} must be positive", n_kv_heads));
+      return fail_invalid(fmt::format("n_kv_heads={} is out of range (allowed: >= 1)", n_kv_heads));
     }
-    if (capacity <= 0) return fail_invalid(fmt::format("capacity={} must be positive", capacity));
+    if (capacity <= 0)
+      return fail_invalid(fmt::format("capacity={} is out of range (allowed: >= 1)", capacity));
     // The whole cache of one sequence must be addressable with int64 byte strides.
     int64_t bytes = static_cast<int64_t>(kvflash::row_size(*t, head_dim));
     if (__builtin_mul_overflow(bytes, int64_t{n_kv_heads}, &bytes) ||
         __builtin_mul_overflow(bytes, capacity, &bytes)) {
       return fail_invalid(
-          fmt::format("capacity={} x n_kv_heads={} rows of {} bytes overflow a 64-bit byte offset",
+          fmt::format("capacity={} x n_kv_heads={} rows of {} bytes overflow a 64-bit byte offset "
+                      "(allowed: < 2^63 bytes)",
                       capacity, n_kv_heads, kvflash::row_size(*t, head_dim)));
     }
     const kvflash::KvTensor k =
@@ -444,9 +464,14 @@ int kvflash_validate_tensors(const kvflash_problem* problem, const kvflash_tenso
   return guarded("kvflash_validate_tensors", [&] {
     const auto p = to_cpp(problem);
     if (!p) return fail(p.error());
-    if (tensors == nullptr) return fail_invalid("tensors is NULL");
+    if (tensors == nullptr) return fail_invalid("tensors=NULL is missing (allowed: a pointer)");
     if (const kvflash::Status s = kvflash::validate(*p); !s) return fail(s.error());
-    const kvflash::Status s = kvflash::validate(*p, to_cpp(*tensors));
+    const kvflash::AttentionTensors t = to_cpp(*tensors);
+    if (const kvflash::Status s = kvflash::validate(*p, t); !s) return fail(s.error());
+    // C tensors are host memory: the lengths and offsets can be read here.
+    if (const kvflash::Status s = kvflash::validate_kv_lens(*p, t.kv_lens); !s)
+      return fail(s.error());
+    const kvflash::Status s = kvflash::validate_q_offsets(*p, t.q_offsets);
     return s ? kOk : fail(s.error());
   });
 }
@@ -461,7 +486,7 @@ int kvflash_attention(const kvflash_problem* problem, const kvflash_tensors* ten
   return guarded("kvflash_attention", [&] {
     const auto p = to_cpp(problem);
     if (!p) return fail(p.error());
-    if (tensors == nullptr) return fail_invalid("tensors is NULL");
+    if (tensors == nullptr) return fail_invalid("tensors=NULL is missing (allowed: a pointer)");
     auto o = to_cpp(options);
     if (!o) return fail(o.error());
     if (o->select.backend == kvflash::Backend::cuda) {

@@ -33,7 +33,8 @@ Status check_pages(const char* which, const KvTensor& kv, const AttentionProblem
     const int32_t page = kv.page_table[seq * kv.pages_per_seq + i];
     if (page < 0 || page >= kv.n_pages)
       return invalid_argument(fmt::format(
-          "tensors.{}.page_table[{}] = {} (sequence {}, page {}) is outside 0 .. n_pages - 1 = {}",
+          "tensors.{}.page_table[{}]={} (sequence {}, page {}) is out of range (allowed: 0 .. "
+          "n_pages - 1={})",
           which, seq * kv.pages_per_seq + i, page, seq, i, kv.n_pages - 1));
   }
   return {};
@@ -44,6 +45,8 @@ Status check_pages(const char* which, const KvTensor& kv, const AttentionProblem
 Status reference_attention(const AttentionProblem& p, const AttentionTensors& t, double* out_f64) {
   if (Status s = validate(p); !s) return s;
   if (Status s = validate(p, t); !s) return s;
+  if (Status s = validate_q_offsets(p, t.q_offsets); !s) return s;
+  if (Status s = validate_kv_lens(p, t.kv_lens); !s) return s;
 
   const int32_t G = p.group();
   const int32_t dk = p.head_dim.k;
@@ -54,12 +57,12 @@ Status reference_attention(const AttentionProblem& p, const AttentionTensors& t,
 
   for (int64_t s = 0; s < p.n_seqs; ++s) {
     const int64_t len = t.kv_lens ? t.kv_lens[s] : p.kv_capacity;
-    if (len < 0 || len > p.kv_capacity)
-      return invalid_argument(
-          fmt::format("kv_lens[{}] = {} is outside 0 .. kv_capacity = {}", s, len, p.kv_capacity));
     if (Status st = check_pages("k", t.k, p, s, len); !st) return st;
     if (Status st = check_pages("v", t.v, p, s, len); !st) return st;
-    const int64_t n_rows = int64_t{p.n_q_tokens} * G;
+    // Query i of this sequence is packed row q0 + i of q / out / lse (problem.hpp).
+    const int64_t q0 = q_row_base(t.q_offsets, p.n_q_tokens, s);
+    const int32_t nq = q_len(t.q_offsets, p.n_q_tokens, s);
+    const int64_t n_rows = int64_t{nq} * G;
     const int64_t rows_per_chunk = std::max<int64_t>(
         1, std::min<int64_t>(n_rows, kMaxLogitsInFlight / std::max<int64_t>(len, 1)));
 
@@ -71,7 +74,7 @@ Status reference_attention(const AttentionProblem& p, const AttentionTensors& t,
         std::vector<double> qd(static_cast<size_t>(nr * dk));
         for (int64_t r = 0; r < nr; ++r) {
           const int64_t i = (r0 + r) / G, h = int64_t{kvh} * G + (r0 + r) % G;
-          const float* q = t.q + ((s * p.n_q_tokens + i) * p.n_q_heads + h) * dk;
+          const float* q = t.q + ((q0 + i) * p.n_q_heads + h) * dk;
           for (int32_t d = 0; d < dk; ++d) qd[r * dk + d] = q[d];
         }
         for (int64_t j = 0; j < len; ++j) {
@@ -86,14 +89,20 @@ Status reference_attention(const AttentionProblem& p, const AttentionTensors& t,
         std::vector<double> m(static_cast<size_t>(nr), kNegInf), l(static_cast<size_t>(nr), 0.0);
         for (int64_t r = 0; r < nr; ++r) {
           const int64_t i = (r0 + r) / G, h = int64_t{kvh} * G + (r0 + r) % G;
-          const int64_t pq = len - p.n_q_tokens + i;
+          const int64_t pq = len - nq + i;
           double* lg = logits.data() + r * len;
+          const float* mrow =
+              p.has_mask ? t.mask + (s * p.n_q_tokens + i) * t.mask_stride : nullptr;
           for (int64_t j = 0; j < len; ++j) {
-            const bool hidden = (p.causal && j > pq) || (p.window > 0 && pq - j >= p.window);
+            // A mask of -inf hides the key like causal and window do: its logit is -inf whatever
+            // its K row holds (NaN + -inf would be NaN and poison the maximum).
+            const bool hidden =
+                (p.causal && j > pq) || (p.window > 0 && pq - j >= p.window) ||
+                (mrow != nullptr && mrow[j] == -std::numeric_limits<float>::infinity());
             double x = scale * lg[j];
             if (p.softcap > 0.0f) x = double{p.softcap} * std::tanh(x / double{p.softcap});
             if (p.has_alibi) x += double{t.alibi_slopes[h]} * static_cast<double>(j - pq);
-            if (p.has_mask) x += double{t.mask[(s * p.n_q_tokens + i) * t.mask_stride + j]};
+            if (mrow != nullptr) x += double{mrow[j]};
             lg[j] = hidden ? kNegInf : x;
             m[r] = std::max(m[r], lg[j]);
           }
@@ -114,7 +123,7 @@ Status reference_attention(const AttentionProblem& p, const AttentionTensors& t,
         }
         for (int64_t r = 0; r < nr; ++r) {
           const int64_t i = (r0 + r) / G, h = int64_t{kvh} * G + (r0 + r) % G;
-          const int64_t orow = (s * p.n_q_tokens + i) * p.n_q_heads + h;
+          const int64_t orow = (q0 + i) * p.n_q_heads + h;
           const double sink = p.has_sinks ? double{t.sinks[h]} : 0.0;
           std::vector<float> of(static_cast<size_t>(dv));
           float lse = 0;

@@ -169,14 +169,32 @@ Expected<Plan> plan(const AttentionProblem& p, const PlanOptions& opt) {
   Plan pl;
   pl.problem = p;
   pl.kernel = *k;
-  const int32_t hw = host_threads(pl.kernel->backend);
+  if (opt.n_threads < 0)
+    return invalid_argument(
+        fmt::format("n_threads={} is negative (allowed: 0 for every thread the parallel-for "
+                    "offers, or a count)",
+                    opt.n_threads));
+  if (opt.spin_us < 0)
+    return invalid_argument(fmt::format(
+        "spin_us={} is negative (allowed: 0 for no spin, or microseconds)", opt.spin_us));
+  if (opt.parallel_for && opt.parallel_for.max_threads < 1)
+    return invalid_argument(fmt::format(
+        "parallel_for.max_threads={} with parallel_for.run set (allowed: the thread slots it "
+        "offers, >= 1)",
+        opt.parallel_for.max_threads));
+  const int32_t hw = opt.parallel_for && pl.kernel->backend == Backend::cpu
+                         ? opt.parallel_for.max_threads
+                         : host_threads(pl.kernel->backend);
   pl.n_threads = opt.n_threads > 0 ? std::min(opt.n_threads, hw) : hw;
+  pl.parallel_for = opt.parallel_for;
+  pl.spin_us = opt.spin_us;
   pl.kernel->make_plan(pl);
   return pl;
 }
 
 Status validate(const Plan& plan, const AttentionTensors& t) {
-  if (plan.kernel == nullptr) return invalid_argument("plan.kernel is null: call plan() first");
+  if (plan.kernel == nullptr)
+    return invalid_argument("plan.kernel=NULL is missing (allowed: a plan made by plan())");
   if (Status s = validate(plan.problem, t); !s) return s;
   return plan.kernel->check_tensors ? plan.kernel->check_tensors(plan, t) : Status{};
 }

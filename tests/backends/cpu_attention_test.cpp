@@ -19,6 +19,7 @@ struct Inputs {
   std::vector<float> q, mask, sinks, alibi;
   std::vector<uint8_t> k, v;
   std::vector<int64_t> lens;
+  std::vector<int32_t> offsets;  // problem.ragged_q: q, out and lse are packed
   AttentionTensors tensors(std::vector<float>& out, std::vector<float>& lse) {
     AttentionTensors t;
     t.q = q.data();
@@ -31,8 +32,10 @@ struct Inputs {
     }
     if (p.has_sinks) t.sinks = sinks.data();
     if (p.has_alibi) t.alibi_slopes = alibi.data();
-    out.assign(static_cast<size_t>(p.n_seqs) * p.n_q_tokens * p.n_q_heads * p.head_dim.v, NAN);
-    lse.assign(static_cast<size_t>(p.n_seqs) * p.n_q_tokens * p.n_q_heads, NAN);
+    if (p.ragged_q) t.q_offsets = offsets.data();
+    const auto rows = static_cast<size_t>(q_total_rows(p, t.q_offsets));
+    out.assign(rows * p.n_q_heads * p.head_dim.v, NAN);
+    lse.assign(rows * p.n_q_heads, NAN);
     t.out = out.data();
     t.lse = lse.data();
     return t;
@@ -205,6 +208,78 @@ TEST(CpuAttention, SplitsAndRaggedBatchWithEmptyQueries) {
     in.lens = {5000, 2, 777};  // sequence 1 is shorter than its query tokens: 2 queries see nothing
     expect_matches_reference(in, k, 2);
     expect_matches_reference(in, k, 1);
+  }
+}
+
+// Ragged query counts: sequence s has q_lens[s] queries (0 included), packed. Each sequence's
+// rows start at its own offset and its queries sit at its own last positions, in every kernel.
+Inputs ragged_inputs(AttentionProblem p, const std::vector<int32_t>& q_lens,
+                     std::vector<int64_t> kv_lens, uint64_t seed) {
+  p.n_seqs = static_cast<int32_t>(q_lens.size());
+  p.ragged_q = true;
+  Inputs in = make_inputs(p, seed);
+  in.offsets = {0};
+  for (int32_t n : q_lens) in.offsets.push_back(in.offsets.back() + n);
+  in.lens = std::move(kv_lens);
+  return in;
+}
+
+TEST(CpuAttention, RaggedDecodeEveryKernel) {
+  for (const std::string& k : cpu_kernels(true))
+    for (auto [hq, hkv] : {std::pair{2, 2}, {8, 2}})  // fused rows (1, 2, 4 per head) and tiles
+      for (KvType kt : {KvType::f16, KvType::q4_0, KvType::turbo3}) {
+        AttentionProblem p;
+        p.n_q_tokens = 4;
+        p.n_q_heads = hq;
+        p.n_kv_heads = hkv;
+        p.kv_capacity = 4200;  // 2 KV splits
+        p.head_dim = {64, 64};
+        p.k_type = kt;
+        p.v_type = kt == KvType::q4_0 ? KvType::turbo4 : kt;
+        p.has_mask = p.has_alibi = p.has_sinks = true;
+        p.window = 1000;
+        Inputs in = ragged_inputs(p, {1, 0, 4, 2, 3}, {4200, 17, 2, 0, 1500}, 41);
+        expect_matches_reference(in, k, 2);
+      }
+}
+
+TEST(CpuAttention, RaggedPrefillEveryKernel) {
+  for (const std::string& k : cpu_kernels(false))
+    for (bool causal : {true, false}) {
+      AttentionProblem p;
+      p.n_q_tokens = 100;  // tiles of 64 / group = 16 tokens: the last sequences span several
+      p.n_q_heads = 8;
+      p.n_kv_heads = 2;
+      p.kv_capacity = 2500;
+      p.head_dim = {96, 96};
+      p.k_type = KvType::q8_0;
+      p.v_type = KvType::turbo3;
+      p.causal = causal;
+      p.has_mask = p.has_sinks = p.has_alibi = true;
+      p.window = 700;
+      p.softcap = 30.0f;
+      // Sequence 3 has more queries than keys: its first 60 sit before position 0.
+      Inputs in = ragged_inputs(p, {0, 1, 7, 100, 33}, {0, 5, 2500, 40, 1234}, 43);
+      expect_matches_reference(in, k, 2);
+    }
+}
+
+TEST(CpuAttention, RaggedOffsetsThatBreakTheRulesAreRefused) {
+  AttentionProblem p;
+  p.n_q_tokens = 4;
+  p.kv_capacity = 64;
+  Inputs in = ragged_inputs(p, {1, 4}, {64, 64}, 47);
+  std::vector<std::string> kernels = cpu_kernels(true);
+  for (const std::string& k : cpu_kernels(false)) kernels.push_back(k);
+  for (const std::string& k : kernels) {
+    if (!select_kernel(in.p, {.force = k, .read_environment = false}).ok()) continue;
+    in.offsets = {0, 1, 6};  // sequence 1: 5 queries > n_q_tokens
+    std::vector<float> out, lse;
+    AttentionTensors t = in.tensors(out, lse);
+    const Status s = attention(in.p, t, {.select = {.force = k, .read_environment = false}});
+    ASSERT_FALSE(s.ok()) << k;
+    EXPECT_EQ(s.error().code, ErrorCode::invalid_argument) << k;
+    EXPECT_NE(s.message().find("q_offsets[2] - q_offsets[1]=5"), std::string::npos) << s.message();
   }
 }
 

@@ -166,6 +166,25 @@ void check_k_frags(int32_t n, std::mt19937& rng) {
       else
         w = k_frag_quant<T>(row, b, t);
       const uint32_t regs[4] = {w.x, w.y, w.z, w.w};
+      // The same values as pairs of consecutive dims (k_frag_dim_words, the prefill tile decode).
+      int dims[4];
+      uint32_t words[4];
+      k_frag_dim_words<T>(w, b, t, dims, words);
+      constexpr int kRun = k_frag_run_words<T>();
+      for (int k = 0; k < 4; ++k) {
+        if (k % kRun != 0) {
+          EXPECT_EQ(dims[k], dims[k - 1] + 2) << to_string(T) << " b=" << b << " t=" << t;
+        }
+        for (int h = 0; h < 2; ++h) {
+          int j = 0;
+          while (j < 8 && k_dim(T, b, t, j) != dims[k] + h) ++j;
+          ASSERT_LT(j, 8) << to_string(T) << " dim " << dims[k] + h << " is not the thread's";
+          const uint32_t reg = regs[j >> 1];
+          const uint16_t want = static_cast<uint16_t>((j & 1) ? reg >> 16 : reg & 0xffffu);
+          EXPECT_EQ(static_cast<uint16_t>(h ? words[k] >> 16 : words[k] & 0xffffu), want)
+              << to_string(T) << " b=" << b << " t=" << t << " word " << k;
+        }
+      }
       // turbo: codebook values; times the group's norm they are the row's values
       const float norm =
           is_rotated(T) ? half_to_float(static_cast<uint16_t>(turbo_norm<T>(row, b / 4))) : 1.0f;

@@ -95,5 +95,45 @@ TEST(CudaDecodePairs, TheCudaDecodeCandidateCarriesTheGuard) {
     }
 }
 
+// Both CUDA families carry kv_types (prefill compiles the same pairs), and ragged query lengths
+// go to cuda.prefill at any longest count: cuda.decode's guard "ragged_q" refuses them, and
+// cuda.prefill's "prefill_q_tokens" lets a ragged problem of at most 8 queries per sequence
+// through. Guards called directly, without a device.
+TEST(CudaDecodePairs, RaggedCallsAreCudaPrefillsAndBothFamiliesCarryThePairGuard) {
+  const auto& all = kernel_candidates();
+  const auto find = [&](const std::string& name) {
+    return std::find_if(all.begin(), all.end(),
+                        [&](const KernelCandidate& k) { return k.name == name; });
+  };
+  const auto dec = find("cuda.decode"), pre = find("cuda.prefill");
+  if (dec == all.end()) GTEST_SKIP() << "this build has no CUDA kernels";
+  ASSERT_NE(pre, all.end());
+  const auto guard = [](const KernelCandidate& c, const std::string& name) -> const Guard* {
+    for (const Guard& g : c.guards)
+      if (g.name == name) return &g;
+    return nullptr;
+  };
+  for (const KernelCandidate* c : {&*dec, &*pre}) {
+    const Guard* g = guard(*c, "kv_types");
+    ASSERT_NE(g, nullptr) << c->name;
+    EXPECT_EQ(g->reject(problem(KvType::q8_0, KvType::f16)),
+              reject_pair_not_built(problem(KvType::q8_0, KvType::f16)));
+  }
+  AttentionProblem ragged = problem(KvType::f16, KvType::f16);
+  ragged.n_q_tokens = 4;
+  ragged.ragged_q = true;
+  const Guard* dec_ragged = guard(*dec, "ragged_q");
+  ASSERT_NE(dec_ragged, nullptr);
+  const std::optional<std::string> why = dec_ragged->reject(ragged);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_THAT(*why, HasSubstr("cuda.prefill"));
+  const Guard* pre_q = guard(*pre, "prefill_q_tokens");
+  ASSERT_NE(pre_q, nullptr);
+  EXPECT_FALSE(pre_q->reject(ragged).has_value());
+  ragged.ragged_q = false;
+  EXPECT_TRUE(pre_q->reject(ragged).has_value());
+  EXPECT_FALSE(dec_ragged->reject(ragged).has_value());
+}
+
 }  // namespace
 }  // namespace kvflash::cuda::decode

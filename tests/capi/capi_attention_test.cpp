@@ -24,33 +24,7 @@ using kvflash::KvType;
 
 using kvflash::capi_test::c_type;
 using kvflash::capi_test::last_error;
-
-kvflash_problem to_c(const kvflash::AttentionProblem& p) {
-  kvflash_problem c = kvflash_problem_default();
-  c.n_seqs = p.n_seqs;
-  c.n_q_tokens = p.n_q_tokens;
-  c.n_q_heads = p.n_q_heads;
-  c.n_kv_heads = p.n_kv_heads;
-  c.head_dim.k = p.head_dim.k;
-  c.head_dim.v = p.head_dim.v;
-  c.k_type = c_type(p.k_type);
-  c.v_type = c_type(p.v_type);
-  c.kv_capacity = p.kv_capacity;
-  c.scale = p.scale;
-  c.causal = p.causal;
-  c.has_mask = p.has_mask;
-  c.window = p.window;
-  c.softcap = p.softcap;
-  c.has_sinks = p.has_sinks;
-  c.has_alibi = p.has_alibi;
-  c.page_size = p.page_size;
-  return c;
-}
-
-kvflash_kv_tensor to_c(const kvflash::KvTensor& t) {
-  return {t.data,       t.stride_token,  t.stride_head, t.stride_seq,
-          t.page_table, t.pages_per_seq, t.n_pages,     t.stride_page};
-}
+using kvflash::capi_test::to_c;
 
 kvflash::AttentionProblem cpu_problem() {
   kvflash::AttentionProblem p;
@@ -81,6 +55,8 @@ TEST(CapiProblem, DefaultsMatchCpp) {
   EXPECT_EQ(c.softcap, cpp.softcap);
   EXPECT_EQ(c.has_sinks != 0, cpp.has_sinks);
   EXPECT_EQ(c.has_alibi != 0, cpp.has_alibi);
+  EXPECT_EQ(c.page_size, cpp.page_size);
+  EXPECT_EQ(c.ragged_q != 0, cpp.ragged_q);
   EXPECT_EQ(kvflash_validate_problem(&c), KVFLASH_OK) << kvflash_last_error();
 }
 
@@ -350,6 +326,8 @@ struct Case {
 
   kvflash::AttentionProblem problem;
   std::vector<int64_t> kv_lens;  // empty: every sequence holds kv_capacity tokens
+  std::vector<int32_t> q_lens;   // problem.ragged_q: each sequence's query count
+  std::vector<int32_t> q_offsets;
 
   std::vector<float> q, mask, sinks, alibi;
   std::vector<unsigned char> k, v;
@@ -381,6 +359,11 @@ struct Case {
     tensors.v = kvflash::kv_tensor_contiguous(v.data(), p.v_type, p.head_dim.v, p.n_kv_heads,
                                               p.kv_capacity);
     tensors.kv_lens = kv_lens.empty() ? nullptr : kv_lens.data();
+    if (p.ragged_q) {
+      q_offsets = {0};
+      for (int32_t n : q_lens) q_offsets.push_back(q_offsets.back() + n);
+      tensors.q_offsets = q_offsets.data();
+    }
     if (p.has_mask) {
       const int64_t stride = p.kv_capacity + 3;
       mask.resize(static_cast<size_t>(p.n_seqs * p.n_q_tokens * stride));
@@ -403,24 +386,14 @@ struct Case {
     }
   }
 
-  size_t out_size() const {
-    return static_cast<size_t>(problem.n_seqs) * problem.n_q_tokens * problem.n_q_heads *
-           problem.head_dim.v;
-  }
+  size_t out_size() const { return lse_size() * problem.head_dim.v; }
   size_t lse_size() const {
-    return static_cast<size_t>(problem.n_seqs) * problem.n_q_tokens * problem.n_q_heads;
+    return static_cast<size_t>(kvflash::q_total_rows(problem, tensors.q_offsets)) *
+           problem.n_q_heads;
   }
 
   kvflash_tensors c_tensors(float* out, float* lse) const {
-    kvflash_tensors t{};
-    t.q = tensors.q;
-    t.k = to_c(tensors.k);
-    t.v = to_c(tensors.v);
-    t.kv_lens = tensors.kv_lens;
-    t.mask = tensors.mask;
-    t.mask_stride = tensors.mask_stride;
-    t.sinks = tensors.sinks;
-    t.alibi_slopes = tensors.alibi_slopes;
+    kvflash_tensors t = to_c(tensors);
     t.out = out;
     t.lse = lse;
     return t;
@@ -488,6 +461,22 @@ std::vector<Case> attention_cases() {
     c.problem.v_type = KvType::f16;
     c.problem.kv_capacity = 20;
     c.problem.causal = false;
+    cases.push_back(std::move(c));
+  }
+  {  // ragged prefill, q4_0/turbo3: 0, 1, 5 and 12 queries packed, one more than its keys, mask
+    Case c;
+    c.problem.n_seqs = 4;
+    c.problem.n_q_tokens = 12;
+    c.problem.n_q_heads = 4;
+    c.problem.n_kv_heads = 2;
+    c.problem.k_type = KvType::q4_0;
+    c.problem.v_type = KvType::turbo3;
+    c.problem.kv_capacity = 30;
+    c.problem.has_mask = true;
+    c.problem.has_sinks = true;
+    c.problem.ragged_q = true;
+    c.q_lens = {0, 1, 5, 12};
+    c.kv_lens = {30, 20, 30, 11};
     cases.push_back(std::move(c));
   }
   for (size_t i = 0; i < cases.size(); ++i) cases[i].build(static_cast<uint32_t>(100 + i));
@@ -592,6 +581,45 @@ TEST(CapiAttention, PagedTensorsReachTheEngine) {
   t.out = want.data();
   ASSERT_TRUE(kvflash::reference_attention(c.problem, t).ok());
   EXPECT_EQ(std::memcmp(out.data(), want.data(), out.size() * sizeof(float)), 0);
+}
+
+// Ragged query counts through the C API: ragged_q without offsets, offsets without ragged_q and
+// offsets that break the rules fail with the C++ API's message (C tensors are host memory, so
+// kvflash_validate_tensors reads the offsets too); describe says ragged.
+TEST(CapiAttention, RaggedOffsetsAreChecked) {
+  const std::vector<Case> cases = attention_cases();
+  const Case& c = cases.back();
+  ASSERT_TRUE(c.problem.ragged_q);
+  const kvflash_problem p = to_c(c.problem);
+  char text[128];
+  ASSERT_EQ(kvflash_problem_describe(&p, text, sizeof text), KVFLASH_OK);
+  EXPECT_NE(std::string(text).find(" ragged"), std::string::npos) << text;
+  std::vector<float> out(c.out_size());
+  const kvflash_tensors good = c.c_tensors(out.data(), nullptr);
+  const kvflash_options o = cpu_options();
+  ASSERT_EQ(kvflash_validate_tensors(&p, &good), KVFLASH_OK) << kvflash_last_error();
+
+  kvflash_tensors t = good;
+  t.q_offsets = nullptr;
+  EXPECT_EQ(kvflash_validate_tensors(&p, &t), KVFLASH_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("q_offsets=NULL"), std::string::npos) << last_error();
+  EXPECT_EQ(kvflash_attention(&p, &t, &o), KVFLASH_ERROR_INVALID_ARGUMENT);
+
+  kvflash_problem flat = p;
+  flat.ragged_q = 0;
+  EXPECT_EQ(kvflash_validate_tensors(&flat, &good), KVFLASH_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("problem.ragged_q is off"), std::string::npos) << last_error();
+
+  const int32_t broken[] = {0, 1, 0, 5, 17};  // sequence 1: -1 queries
+  t = good;
+  t.q_offsets = broken;
+  kvflash::AttentionProblem cpp = c.problem;
+  const kvflash::Status s = kvflash::validate_q_offsets(cpp, broken);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(kvflash_validate_tensors(&p, &t), KVFLASH_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(last_error(), s.message());
+  EXPECT_EQ(kvflash_attention(&p, &t, &o), KVFLASH_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(last_error(), s.message());
 }
 
 TEST(CapiAttention, InvalidArguments) {

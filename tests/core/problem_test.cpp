@@ -85,6 +85,17 @@ TEST(Problem, DescribeIsOneReadableLine) {
             "seqs=1 q=1 heads=32/8 d=128/128 k=q8_0 v=turbo4 kv=4096 causal window=128 sinks");
 }
 
+TEST(Problem, DescribeSaysRagged) {
+  AttentionProblem p = base();
+  p.n_seqs = 3;
+  p.n_q_tokens = 300;
+  p.ragged_q = true;
+  EXPECT_EQ(describe(p), "seqs=3 q=300 heads=32/8 d=128/128 k=f16 v=f16 kv=4096 causal ragged");
+  AttentionProblem q = p;
+  q.ragged_q = false;
+  EXPECT_NE(p, q);
+}
+
 TEST(Problem, DefaultScaleIsInverseSqrtDk) {
   AttentionProblem p = base();
   p.head_dim = {576, 512};
@@ -105,12 +116,77 @@ TEST(Problem, TensorValidationCatchesNullsAndOverlappingRows) {
   EXPECT_TRUE(validate(p, t).ok());
   AttentionTensors bad = t;
   bad.k.stride_token = 100;  // a f16 row of 128 values is 256 bytes
-  EXPECT_THAT(validate(p, bad).message(), HasSubstr("stride_token = 100"));
+  EXPECT_THAT(validate(p, bad).message(), HasSubstr("stride_token=100"));
   bad = t;
   bad.q = nullptr;
   EXPECT_THAT(validate(p, bad).message(), HasSubstr("tensors.q"));
   p.has_mask = true;
   EXPECT_THAT(validate(p, t).message(), HasSubstr("mask"));
+}
+
+// ragged_q and q_offsets come together; validate(p, t) reads no offset (they may be on a device).
+TEST(Problem, RaggedQueriesNeedOffsetsAndOffsetsNeedRaggedQueries) {
+  AttentionProblem p = base();
+  p.n_seqs = 2;
+  p.n_q_tokens = 4;
+  std::vector<float> q(8 * 32 * 128), out(8 * 32 * 128);
+  std::vector<uint8_t> kv(row_size(p.k_type, 128) * 8 * 4096 * 2);
+  AttentionTensors t;
+  t.q = q.data();
+  t.out = out.data();
+  t.k = kv_tensor_contiguous(kv.data(), p.k_type, 128, 8, 4096);
+  t.v = t.k;
+  const int32_t offsets[] = {0, 3, 7};
+  t.q_offsets = offsets;
+  EXPECT_THAT(validate(p, t).message(), HasSubstr("tensors.q_offsets=0x"));
+  p.ragged_q = true;
+  EXPECT_TRUE(validate(p, t).ok());
+  const int32_t* unreadable = reinterpret_cast<const int32_t*>(uintptr_t{8});
+  t.q_offsets = unreadable;  // never dereferenced by validate(p, t)
+  EXPECT_TRUE(validate(p, t).ok());
+  t.q_offsets = nullptr;
+  EXPECT_THAT(validate(p, t).message(),
+              HasSubstr("tensors.q_offsets=NULL is missing but problem.ragged_q is set"));
+}
+
+TEST(Problem, RowBaseAndQueryCountOfEachSequence) {
+  const int32_t offsets[] = {0, 0, 1, 8, 41};
+  const int32_t lens[] = {0, 1, 7, 33};
+  for (int64_t s = 0; s < 4; ++s) {
+    EXPECT_EQ(q_row_base(offsets, 40, s), offsets[s]) << s;
+    EXPECT_EQ(q_len(offsets, 40, s), lens[s]) << s;
+    EXPECT_EQ(q_row_base(nullptr, 40, s), 40 * s) << s;
+    EXPECT_EQ(q_len(nullptr, 40, s), 40) << s;
+  }
+  AttentionProblem p = base();
+  p.n_seqs = 4;
+  p.n_q_tokens = 40;
+  EXPECT_EQ(q_total_rows(p, nullptr), 160);
+  p.ragged_q = true;
+  EXPECT_EQ(q_total_rows(p, offsets), 41);
+}
+
+TEST(Problem, OffsetValidationNamesTheBrokenRule) {
+  AttentionProblem p = base();
+  p.n_seqs = 3;
+  p.n_q_tokens = 8;
+  p.ragged_q = true;
+  const int32_t good[] = {0, 8, 8, 9};
+  EXPECT_TRUE(validate_q_offsets(p, good).ok());
+  const int32_t nonzero[] = {1, 8, 8, 9};
+  EXPECT_THAT(validate_q_offsets(p, nonzero).message(), HasSubstr("q_offsets[0]=1"));
+  const int32_t decreasing[] = {0, 5, 4, 9};
+  EXPECT_THAT(validate_q_offsets(p, decreasing).message(),
+              HasSubstr("q_offsets[2] - q_offsets[1]=-1"));
+  const int32_t too_long[] = {0, 1, 2, 11};
+  const Status s = validate_q_offsets(p, too_long);
+  EXPECT_EQ(s.error().code, ErrorCode::invalid_argument);
+  EXPECT_THAT(
+      s.message(),
+      HasSubstr("=9 (sequence 2's query count) is out of range (allowed: 0 .. n_q_tokens=8)"));
+  EXPECT_FALSE(validate_q_offsets(p, nullptr).ok());
+  p.ragged_q = false;
+  EXPECT_TRUE(validate_q_offsets(p, nullptr).ok());
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "kvflash/formats.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define KVFLASH_TEST_X86 1
 #endif
@@ -27,14 +28,18 @@ float from_bits(uint32_t w) {
 }
 
 #ifdef KVFLASH_TEST_X86
+// _mm_cvtps_ph rather than _cvtss_sh, which clang writes with a C99 compound literal.
 __attribute__((target("f16c"))) uint16_t hw_fp32_to_fp16(float f) {
-  return static_cast<uint16_t>(_cvtss_sh(f, 0));  // imm 0: round to nearest even
+  const __m128i h = _mm_cvtps_ph(_mm_set_ss(f), 0);  // imm 0: round to nearest even
+  return static_cast<uint16_t>(_mm_extract_epi16(h, 0));
 }
 __attribute__((target("f16c"))) float hw_fp16_to_fp32(uint16_t h) {
   return _cvtsh_ss(h);
 }
+// CPUID leaf 1, ECX bit 29: clang 14's __builtin_cpu_supports does not know "f16c".
 bool have_f16c() {
-  return __builtin_cpu_supports("f16c");
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
 }
 #endif
 

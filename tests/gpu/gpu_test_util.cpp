@@ -3,12 +3,15 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <string_view>
+#include <thread>
 #include <tuple>
 
 #include "backends/cuda/decode/decode_pairs.hpp"
@@ -28,6 +31,12 @@ std::string row_label(const AttentionProblem& p, int64_t row) {
   const int64_t s = row / p.n_q_heads / p.n_q_tokens;
   return fmt::format("seq {}, token {}, head {}", s, i, h);
 }
+
+// Mask: share of -inf entries and the spread of the finite ones (logit units); NaN floats after
+// each row's kv_capacity entries, so mask_stride > kv_capacity is exercised.
+constexpr float kMaskHiddenShare = 0.15f;
+constexpr float kMaskSpread = 0.5f;
+constexpr int64_t kMaskRowPadding = 16;
 
 std::vector<float> as_floats(const std::vector<uint8_t>& bytes) {
   std::vector<float> f(bytes.size() / sizeof(float));
@@ -56,6 +65,10 @@ AttentionTensors HostInputs::tensors() const {
   t.k = kv_tensor_contiguous(k.data(), p.k_type, p.head_dim.k, p.n_kv_heads, p.kv_capacity);
   t.v = kv_tensor_contiguous(v.data(), p.v_type, p.head_dim.v, p.n_kv_heads, p.kv_capacity);
   t.kv_lens = kv_lens.data();
+  t.mask = mask.empty() ? nullptr : mask.data();
+  t.mask_stride = mask_stride;
+  t.sinks = sinks.empty() ? nullptr : sinks.data();
+  t.alibi_slopes = alibi.empty() ? nullptr : alibi.data();
   return t;
 }
 
@@ -81,6 +94,29 @@ HostInputs make_inputs(const AttentionProblem& p, const std::vector<int64_t>& fi
   };
   fill(p.k_type, p.head_dim.k, in.k);
   fill(p.v_type, p.head_dim.v, in.v);
+  // Drawn after q, k and v, so a problem without features gets the inputs it always had.
+  constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+  if (p.has_mask) {
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    in.mask_stride = p.kv_capacity + kMaskRowPadding;
+    in.mask.assign(static_cast<size_t>(out_rows(p) / p.n_q_heads * in.mask_stride), kNaN);
+    for (int32_t s = 0; s < p.n_seqs; ++s)
+      for (int32_t i = 0; i < p.n_q_tokens; ++i) {
+        float* m = in.mask.data() + (int64_t{s} * p.n_q_tokens + i) * in.mask_stride;
+        const bool hide_row = s == 0 && i == 1;  // sees nothing: zeros, lse -inf (or the sink's)
+        for (int64_t k = 0; k < filled[static_cast<size_t>(s)]; ++k) {
+          const float hidden = u(rng);
+          const float x = g(rng);
+          m[k] = hide_row || hidden < kMaskHiddenShare ? -std::numeric_limits<float>::infinity()
+                                                       : kMaskSpread * x;
+        }
+      }
+  }
+  if (p.has_sinks)
+    for (int32_t h = 0; h < p.n_q_heads; ++h) in.sinks.push_back(1.0f + 1.5f * g(rng));
+  if (p.has_alibi)
+    for (int32_t h = 0; h < p.n_q_heads; ++h)
+      in.alibi.push_back(std::exp2(-8.0f * float(h + 1) / float(p.n_q_heads)));
   return in;
 }
 
@@ -95,6 +131,67 @@ Expected<Reference> reference(const HostInputs& in) {
   t.out = out.data();
   t.lse = ref.lse.data();
   if (Status s = reference_attention(p, t, ref.out.data()); !s) return s.error();
+  return ref;
+}
+
+Expected<Reference> parallel_reference(const HostInputs& in) {
+  const AttentionProblem& p = in.p;
+  const AttentionTensors whole = in.tensors();
+  Reference ref;
+  const int64_t rows = out_rows(p);
+  std::vector<float> out(static_cast<size_t>(rows) * p.head_dim.v);
+  ref.out.resize(out.size());
+  ref.lse.resize(static_cast<size_t>(rows));
+
+  // A sub-problem: queries [i0, i1) of sequence s over its first `len` keys, as the last
+  // i1 - i0 queries of a one-sequence problem, so each keeps its position len - (i1 - i0) + i.
+  struct Part {
+    int32_t s, i0, i1;
+    int64_t len;
+  };
+  constexpr int32_t kChunk = 64;
+  std::vector<Part> parts;
+  for (int32_t s = 0; s < p.n_seqs; ++s) {
+    const int64_t len = in.kv_lens[static_cast<size_t>(s)];
+    if (p.causal && len >= p.n_q_tokens) {
+      for (int32_t i0 = 0; i0 < p.n_q_tokens; i0 += kChunk) {
+        const int32_t i1 = std::min(p.n_q_tokens, i0 + kChunk);
+        parts.push_back({s, i0, i1, len - p.n_q_tokens + i1});
+      }
+    } else {
+      parts.push_back({s, 0, p.n_q_tokens, len});
+    }
+  }
+  std::vector<Status> status(parts.size());
+  auto solve = [&](size_t n) {
+    const Part& pt = parts[n];
+    AttentionProblem sp = p;
+    sp.n_seqs = 1;
+    sp.n_q_tokens = pt.i1 - pt.i0;
+    sp.kv_capacity = std::max<int64_t>(1, std::min(pt.len, p.kv_capacity));
+    const int64_t row0 = (int64_t{pt.s} * p.n_q_tokens + pt.i0) * p.n_q_heads;
+    AttentionTensors t = whole;
+    t.q = whole.q + row0 * p.head_dim.k;
+    t.k.data = static_cast<const uint8_t*>(whole.k.data) + pt.s * whole.k.stride_seq;
+    t.v.data = static_cast<const uint8_t*>(whole.v.data) + pt.s * whole.v.stride_seq;
+    const int64_t len = pt.len;  // out of range: the reference's own error
+    t.kv_lens = &len;
+    if (whole.mask) t.mask = whole.mask + (int64_t{pt.s} * p.n_q_tokens + pt.i0) * t.mask_stride;
+    t.out = out.data() + row0 * p.head_dim.v;
+    t.lse = ref.lse.data() + row0;
+    status[n] = reference_attention(sp, t, ref.out.data() + row0 * p.head_dim.v);
+  };
+  const size_t n_threads =
+      std::min<size_t>(parts.size(), std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  std::atomic<size_t> next{0};
+  for (size_t w = 0; w < n_threads; ++w)
+    pool.emplace_back([&] {
+      for (size_t n = next++; n < parts.size(); n = next++) solve(n);
+    });
+  for (std::thread& th : pool) th.join();
+  for (const Status& st : status)
+    if (!st) return st.error();
   return ref;
 }
 
@@ -144,6 +241,11 @@ Expected<DeviceInputs> stage(const HostInputs& in, void* stream) {
   if (Status s = upload(in.v.data(), in.v.size(), d.v); !s) return s.error();
   if (Status s = upload(in.kv_lens.data(), in.kv_lens.size() * sizeof(int64_t), d.kv_lens); !s)
     return s.error();
+  // Feature tensors only where the problem has them (their pointers stay null otherwise).
+  for (auto [host, dev] : {std::pair{&in.mask, &d.mask}, std::pair{&in.sinks, &d.sinks},
+                           std::pair{&in.alibi, &d.alibi}})
+    if (!host->empty())
+      if (Status s = upload(host->data(), host->size() * sizeof(float), *dev); !s) return s.error();
   const AttentionProblem& p = in.p;
   d.tensors.q = static_cast<const float*>(d.q.data());
   d.tensors.k =
@@ -151,6 +253,62 @@ Expected<DeviceInputs> stage(const HostInputs& in, void* stream) {
   d.tensors.v =
       kv_tensor_contiguous(d.v.data(), p.v_type, p.head_dim.v, p.n_kv_heads, p.kv_capacity);
   d.tensors.kv_lens = static_cast<const int64_t*>(d.kv_lens.data());
+  d.tensors.mask = in.mask.empty() ? nullptr : static_cast<const float*>(d.mask.data());
+  d.tensors.mask_stride = in.mask_stride;
+  d.tensors.sinks = in.sinks.empty() ? nullptr : static_cast<const float*>(d.sinks.data());
+  d.tensors.alibi_slopes = in.alibi.empty() ? nullptr : static_cast<const float*>(d.alibi.data());
+  // The uploads read host memory that the caller may free once this returns.
+  if (Status s = gpu::synchronize(stream); !s) return s.error();
+  return d;
+}
+
+Expected<PagedKv> stage_paged(const HostInputs& in, int32_t page_size, uint64_t seed,
+                              void* stream) {
+  const AttentionProblem& p = in.p;
+  const auto pps = static_cast<int32_t>(pages_per_seq(p.kv_capacity, page_size));
+  const int64_t used = int64_t{p.n_seqs} * pps;
+  const int64_t n_pages = used + used / 4 + 1;  // spare pages, never in the table
+  PagedKv d;
+  std::vector<int32_t> pool(static_cast<size_t>(n_pages));
+  std::iota(pool.begin(), pool.end(), 0);
+  std::shuffle(pool.begin(), pool.end(), std::mt19937_64(seed));
+  d.host_table.assign(pool.begin(), pool.begin() + used);
+
+  auto build = [&](KvType type, int32_t dim, const std::vector<uint8_t>& contiguous,
+                   gpu::DeviceBuffer& dst, KvTensor& tensor) -> Status {
+    const KvTensor src =
+        kv_tensor_contiguous(contiguous.data(), type, dim, p.n_kv_heads, p.kv_capacity);
+    KvTensor paged = kv_tensor_paged(nullptr, type, dim, p.n_kv_heads, page_size, n_pages,
+                                     d.host_table.data(), pps);
+    std::vector<uint8_t> bytes(static_cast<size_t>(n_pages * paged.stride_page), uint8_t{0xFF});
+    const size_t row = row_size(type, dim);
+    for (int64_t s = 0; s < p.n_seqs; ++s)
+      for (int64_t t = 0; t < p.kv_capacity; ++t)
+        for (int64_t h = 0; h < p.n_kv_heads; ++h)
+          std::memcpy(bytes.data() + kv_row_offset(paged, page_size, s, t, h),
+                      contiguous.data() + kv_row_offset(src, 0, s, t, h), row);
+    Expected<gpu::DeviceBuffer> b = gpu::DeviceBuffer::allocate(bytes.size());
+    if (!b) return b.error();
+    dst = std::move(*b);
+    if (Status st = gpu::copy(dst.data(), bytes.data(), bytes.size(), stream); !st) return st;
+    // The copy is enqueued on `stream`: the host bytes must outlive it.
+    if (Status st = gpu::synchronize(stream); !st) return st;
+    tensor = paged;
+    tensor.data = dst.data();
+    return {};
+  };
+  if (Status st = build(p.k_type, p.head_dim.k, in.k, d.k, d.k_tensor); !st) return st.error();
+  if (Status st = build(p.v_type, p.head_dim.v, in.v, d.v, d.v_tensor); !st) return st.error();
+  Expected<gpu::DeviceBuffer> table =
+      gpu::DeviceBuffer::allocate(std::max<size_t>(1, d.host_table.size()) * sizeof(int32_t));
+  if (!table) return table.error();
+  d.table = std::move(*table);
+  if (Status st = gpu::copy(d.table.data(), d.host_table.data(),
+                            d.host_table.size() * sizeof(int32_t), stream);
+      !st)
+    return st.error();
+  if (Status st = gpu::synchronize(stream); !st) return st.error();
+  d.k_tensor.page_table = d.v_tensor.page_table = static_cast<const int32_t*>(d.table.data());
   return d;
 }
 

@@ -60,12 +60,19 @@ int64_t quick_len(int64_t len);
 
 // Host inputs in the contiguous (seq, token, head) layout for kv_capacity tokens. Rows of tokens
 // at or past filled[s] hold 0xFF bytes (NaN in every format), so a kernel reading past a
-// sequence's length produces NaN.
+// sequence's length produces NaN. The problem's features get their tensors: a random additive
+// mask (some -inf, query 1 of sequence 0 fully hidden; NaN past filled[s] and in the padding of
+// each row, so a kernel that uses mask entries of keys it must not see produces NaN), per-head
+// sinks around the typical logit, and the ALiBi paper's slopes.
 struct HostInputs {
   AttentionProblem p;
   std::vector<float> q;
   std::vector<uint8_t> k, v;
   std::vector<int64_t> kv_lens;  // what the kernel is told (always passed, as a device array)
+  std::vector<float> mask;       // (n_seqs, n_q_tokens, mask_stride) when p.has_mask
+  int64_t mask_stride = 0;
+  std::vector<float> sinks;  // (n_q_heads) when p.has_sinks
+  std::vector<float> alibi;  // (n_q_heads) when p.has_alibi
 
   // Host tensors (the reference's); out and lse left null.
   AttentionTensors tensors() const;
@@ -79,6 +86,11 @@ struct Reference {
 };
 // The float64 reference at in.kv_lens.
 Expected<Reference> reference(const HostInputs& in);
+// The same, bit for bit, on every hardware thread: one sub-problem per sequence, and for a causal
+// sequence that holds at least its queries, one per chunk of queries with the keys cut after the
+// chunk's last query (keys the causal mask hides add nothing to a row, and every position, mask
+// row and slope stays the same). What prefill tests use, whose references run for seconds.
+Expected<Reference> parallel_reference(const HostInputs& in);
 
 // Device memory with kGuardBytes of sentinel (0xA5, filled on the device) before and after the
 // payload, so a kernel that writes outside what it was given is caught.
@@ -105,10 +117,21 @@ class GuardedDevice {
 
 // Device copies of a HostInputs; kv_lens is a device array.
 struct DeviceInputs {
-  gpu::DeviceBuffer q, k, v, kv_lens;
+  gpu::DeviceBuffer q, k, v, kv_lens, mask, sinks, alibi;
   AttentionTensors tensors;  // device pointers; out and lse left null
 };
 Expected<DeviceInputs> stage(const HostInputs& in, void* stream);
+
+// The K and V of a HostInputs in a paged pool on the device (kv_tensor_paged's layout, pages of
+// page_size tokens): every sequence's pages spread over the pool in a shuffled order, as a
+// serving engine's table ends up, and spare pages of 0xFF bytes (NaN) in between. One table
+// serves K and V; `table` is its host copy.
+struct PagedKv {
+  gpu::DeviceBuffer k, v, table;
+  std::vector<int32_t> host_table;
+  KvTensor k_tensor, v_tensor;  // device pointers
+};
+Expected<PagedKv> stage_paged(const HostInputs& in, int32_t page_size, uint64_t seed, void* stream);
 
 // out, lse and workspace of one plan, guarded, with the tensors that point at them.
 struct DeviceOutputs {

@@ -1,6 +1,7 @@
 // One CUDA graph serves every length: a run() captured once for kv_capacity 40,000, replayed after
 // the device kv_lens array is updated (outside the graph), must give bit for bit what an eager
-// run() at the same lengths gives, and match the float64 reference.
+// run() at the same lengths gives, and match the float64 reference; the same for a chunked-prefill
+// step (256 queries onto caches of up to 8192 tokens).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -85,6 +86,74 @@ TEST(CudaGraph, OneCaptureServesEveryLength) {
     KVFLASH_ASSIGN_OR_FAIL(ref, reference(in));
     const Comparison cmp = compare(p, from_graph, ref);
     EXPECT_EQ(cmp.non_finite, 0) << cmp.summary();
+    EXPECT_LE(cmp.nmse, kNmseBound) << cmp.summary();
+    EXPECT_EQ(cmp.lse_bad, 0) << cmp.summary();
+  }
+}
+
+// One chunked-prefill step (256 queries per sequence, two sequences, GQA 4, q8_0 K / q4_0 V)
+// captured once for kv_capacity 8192 before it ever ran eagerly, then replayed at device lengths
+// from the queries alone (a fresh prompt) to the capacity, off and on tile boundaries: each replay
+// bit for bit the eager run at the same lengths, and both the float64 reference.
+TEST(CudaGraph, OneCaptureServesEveryPrefillLength) {
+  KVFLASH_REQUIRE_GPU();
+  KVFLASH_REQUIRE_PAIR(KvType::q8_0, KvType::q4_0);
+  constexpr int64_t kPrefillCapacity = 8192;
+  AttentionProblem p = one_token_problem(KvType::q8_0, KvType::q4_0, kPrefillCapacity);
+  p.n_q_tokens = 256;
+  const Expected<Plan> pl = plan_cuda(p);
+  if (!pl && pl.error().code == ErrorCode::unsupported)
+    GTEST_SKIP() << "no CUDA candidate accepts " << describe(p) << ": "
+                 << pl.error().message.substr(0, pl.error().message.find('\n'));
+  ASSERT_TRUE(pl.ok()) << pl.error().message;
+
+  HostInputs in = make_inputs(p, {kPrefillCapacity, kPrefillCapacity}, 17);
+  gpu::Stream stream;
+  KVFLASH_ASSIGN_OR_FAIL(stream, gpu::Stream::create());
+  void* const s = stream.handle();
+  DeviceInputs dev;
+  KVFLASH_ASSIGN_OR_FAIL(dev, stage(in, s));
+  DeviceOutputs graph_out, eager_out;
+  KVFLASH_ASSIGN_OR_FAIL(graph_out, allocate_outputs(*pl, s));
+  KVFLASH_ASSIGN_OR_FAIL(eager_out, allocate_outputs(*pl, s));
+  KVFLASH_ASSERT_OK(stream.synchronize());
+
+  const AttentionTensors graph_t = with_outputs(dev.tensors, graph_out);
+  const AttentionTensors eager_t = with_outputs(dev.tensors, eager_out);
+  gpu::Graph graph;
+  KVFLASH_ASSIGN_OR_FAIL(graph, gpu::Graph::capture(s, [&] {
+                           return run(*pl, graph_t, graph_out.workspace.data(), s);
+                         }));
+  EXPECT_GT(graph.kernel_nodes(), 0u) << pl->kernel->name;
+
+  const std::vector<std::vector<int64_t>> steps = {{256, 256},   {257, 300},   {1000, 511},
+                                                   {4096, 4097}, {8191, 2049}, {8192, 8192}};
+  for (const std::vector<int64_t>& lens : steps) {
+    SCOPED_TRACE(::testing::Message()
+                 << pl->kernel->name << ", kv_lens {" << lens[0] << ", " << lens[1] << "}");
+    KVFLASH_ASSERT_OK(gpu::copy(dev.kv_lens.data(), lens.data(), sizeof(int64_t) * 2, s));
+    KVFLASH_ASSERT_OK(graph_out.poison(s));
+    KVFLASH_ASSERT_OK(graph.launch(s));
+    KVFLASH_ASSERT_OK(eager_out.poison(s));
+    KVFLASH_ASSERT_OK(run(*pl, eager_t, eager_out.workspace.data(), s));
+    HostOutputs from_graph, eager;
+    KVFLASH_ASSIGN_OR_FAIL(from_graph, read_outputs(graph_out, stream));
+    KVFLASH_ASSIGN_OR_FAIL(eager, read_outputs(eager_out, stream));
+    KVFLASH_ASSERT_OK(gpu::last_error());
+    std::string guards;
+    KVFLASH_ASSIGN_OR_FAIL(guards, graph_out.check_guards(stream));
+    EXPECT_EQ(guards, "");
+    KVFLASH_ASSIGN_OR_FAIL(guards, eager_out.check_guards(stream));
+    EXPECT_EQ(guards, "");
+
+    EXPECT_EQ(bitwise_difference(from_graph, eager), "") << "graph replay against eager run";
+
+    in.kv_lens = lens;
+    Reference ref;
+    KVFLASH_ASSIGN_OR_FAIL(ref, parallel_reference(in));
+    const Comparison cmp = compare(p, from_graph, ref);
+    EXPECT_EQ(cmp.non_finite, 0) << cmp.summary();
+    EXPECT_EQ(cmp.empty_rows_not_zero, 0) << cmp.summary();
     EXPECT_LE(cmp.nmse, kNmseBound) << cmp.summary();
     EXPECT_EQ(cmp.lse_bad, 0) << cmp.summary();
   }

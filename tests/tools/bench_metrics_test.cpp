@@ -2,6 +2,8 @@
 // under problem.hpp's causal and window rules, attention flops, KV bytes, rotation copies.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "bench/metrics.hpp"
 #include "bench/runner.hpp"
 
@@ -17,6 +19,56 @@ TEST(BenchMetrics, VisiblePairs) {
   EXPECT_EQ(visible_pairs(2, 5, false, 2), 3 + 2);     // no causal cut: keys after the query count
   EXPECT_EQ(visible_pairs(3, 2, true, 0), 0 + 1 + 2);  // a query before position 0 sees nothing
   EXPECT_EQ(visible_pairs(512, 512, true, 0), 512 * 513 / 2);
+  // Chunked prefill (kvflash-bench -n 2048 -d 8192): every query sees the 6144 keys before the
+  // chunk, and the chunk's own triangle.
+  EXPECT_EQ(visible_pairs(2048, 8192, true, 0), 2048 * 6144 + 2048 * 2049 / 2);
+  EXPECT_EQ(visible_pairs(2048, 8192, false, 0), 2048 * 8192);
+  // A window of 1000 keys inside a chunk: each query sees itself and the 999 before it.
+  EXPECT_EQ(visible_pairs(2048, 8192, true, 1000), 2048 * 1000);
+  // A window longer than the cache changes nothing; without the causal cut, keys after the
+  // query count too: query i (position 6144 + i) sees keys 6144 + i - 999 .. 8191.
+  EXPECT_EQ(visible_pairs(2048, 8192, true, 100000), visible_pairs(2048, 8192, true, 0));
+  EXPECT_EQ(visible_pairs(2048, 8192, false, 1000), 2048 * 1000 + 2047 * 2048 / 2);
+}
+
+// A ragged batch counts each sequence's own visible pairs and tokens (hand-computed here, causal,
+// 32 query heads of D 128: 512 flops per pair and head).
+TEST(BenchMetrics, RaggedFlopsAndBytesPerSequence) {
+  AttentionProblem p;
+  const RaggedBatch b{{2, 0, 1, 3}, {5, 7, 1, 3}};
+  apply_ragged(p, b);
+  EXPECT_TRUE(p.ragged_q);
+  EXPECT_EQ(p.n_seqs, 4);
+  EXPECT_EQ(p.n_q_tokens, 3);
+  EXPECT_EQ(p.kv_capacity, 7);
+  // Queries at 3, 4 (4 + 5 keys); none; at 0 (1 key); at 0, 1, 2 (1 + 2 + 3): 16 pairs.
+  EXPECT_DOUBLE_EQ(attention_flops(p, b), 16.0 * 512 * 32);
+  // 16 tokens of 8 KV heads, f16 K and V rows of 256 bytes each.
+  EXPECT_DOUBLE_EQ(kv_bytes(p, b), 16.0 * 8 * 512);
+  p.causal = false;  // every query sees its whole cache: 2 * 5 + 1 * 1 + 3 * 3 = 20 pairs
+  EXPECT_DOUBLE_EQ(attention_flops(p, b), 20.0 * 512 * 32);
+  // Equal sequences give the uniform count.
+  AttentionProblem u;
+  u.n_seqs = 3;
+  u.n_q_tokens = 4;
+  u.kv_capacity = 100;
+  const RaggedBatch same{{4, 4, 4}, {100, 100, 100}};
+  AttentionProblem r = u;
+  apply_ragged(r, same);
+  EXPECT_DOUBLE_EQ(attention_flops(r, same), attention_flops(u));
+  EXPECT_DOUBLE_EQ(kv_bytes(r, same), kv_bytes(u));
+  EXPECT_DOUBLE_EQ(attention_flops(u, RaggedBatch{}), attention_flops(u));
+}
+
+TEST(BenchMetrics, Issue39BatchIsSixteenSequencesOfOneTo4096QueriesOver1KTo32K) {
+  const RaggedBatch b = issue39_batch();
+  ASSERT_EQ(b.q_lens.size(), 16u);
+  ASSERT_EQ(b.kv_lens.size(), 16u);
+  EXPECT_EQ(*std::min_element(b.q_lens.begin(), b.q_lens.end()), 1);
+  EXPECT_EQ(*std::max_element(b.q_lens.begin(), b.q_lens.end()), 4096);
+  EXPECT_EQ(*std::min_element(b.kv_lens.begin(), b.kv_lens.end()), 1024);
+  EXPECT_EQ(*std::max_element(b.kv_lens.begin(), b.kv_lens.end()), 32768);
+  for (size_t s = 0; s < 16; ++s) EXPECT_LE(b.q_lens[s], b.kv_lens[s]) << s;
 }
 
 TEST(BenchMetrics, AttentionFlops) {

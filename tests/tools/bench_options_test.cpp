@@ -70,6 +70,25 @@ TEST(BenchOptions, PageSizesTakeZeroForContiguous) {
   EXPECT_EQ(bad.exit_code, kExitUsage);
 }
 
+TEST(BenchOptions, RaggedBatchListOrPreset) {
+  EXPECT_TRUE(parse({}).options->ragged.empty());
+  const ParseResult r = parse({"--ragged", "1:4096,0:10,512:512"});
+  ASSERT_TRUE(r.options);
+  EXPECT_EQ(r.options->ragged.q_lens, (std::vector<int32_t>{1, 0, 512}));
+  EXPECT_EQ(r.options->ragged.kv_lens, (std::vector<int64_t>{4096, 10, 512}));
+  const ParseResult preset = parse({"--ragged", "issue39"});
+  ASSERT_TRUE(preset.options);
+  EXPECT_EQ(preset.options->ragged.q_lens, issue39_batch().q_lens);
+  for (const char* bad : {"5:4", "1:0", "x:3", "3", "1:2:3", "-1:5"}) {
+    std::string err;
+    const ParseResult b = parse({"--ragged", bad}, &err);
+    EXPECT_FALSE(b.options) << bad;
+    EXPECT_EQ(b.exit_code, kExitUsage) << bad;
+    EXPECT_NE(err.find("--ragged"), std::string::npos) << err;
+    EXPECT_NE(err.find("QUERIES <= TOKENS"), std::string::npos) << err;
+  }
+}
+
 TEST(BenchOptions, KvPairsDiagonalOrEveryPair) {
   auto only_k = parse({"-ctk", "f16,q4_0"});
   ASSERT_TRUE(only_k.options);

@@ -106,7 +106,7 @@ TEST(BenchPlot, ChartsFromRows) {
     p.kv_capacity = depth;
     p.n_q_tokens = nq;
     Timing t{"cpu.x", Backend::cpu, 2, 1, {us}};
-    return make_row(p, t, 20.0);
+    return make_row(p, {}, t, 20.0);
   };
   const std::vector<Row> rows = {row(KvType::f16, 1024, 1, 100), row(KvType::f16, 4096, 1, 400),
                                  row(KvType::q4_0, 1024, 1, 50), row(KvType::q4_0, 4096, 1, 200),

@@ -82,6 +82,24 @@ TEST(BenchSweep, JsonParsesWithExpectedRowsAndFields) {
   EXPECT_EQ(j[0]["kv_bytes"].get<double>(), 64.0 * 8 * 512);
 }
 
+// --ragged runs one packed batch per K/V pair on the CPU and reports TFLOP/s over each sequence's
+// visible pairs.
+TEST(BenchSweep, RaggedBatchRunsAndCountsItsOwnFlops) {
+  const auto r = run_tool(quick({"--backend", "cpu", "-ctk", "f16", "--heads", "4/2", "-r", "2",
+                                 "--warmup", "0", "--ragged", "1:64,0:10,40:40", "-o", "json"}));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0]["test"], "ragged 3");
+  EXPECT_EQ(j[0]["batch"], 3);
+  EXPECT_EQ(j[0]["n_q"], 40);
+  EXPECT_EQ(j[0]["depth"], 64);
+  // 64 + 0 + 40 * 41 / 2 visible pairs, 4 query heads, 2 * (128 + 128) flops each.
+  EXPECT_DOUBLE_EQ(j[0]["flops"].get<double>(), (64.0 + 820.0) * 4 * 512);
+  EXPECT_NEAR(j[0]["tflops"].get<double>(),
+              j[0]["flops"].get<double>() / (j[0]["us_median"].get<double>() * 1e-6) / 1e12, 1e-9);
+}
+
 TEST(BenchSweep, CsvReadsBack) {
   const auto r = run_tool(quick(with(kSweep, {"-o", "csv"})));
   ASSERT_EQ(r.rc, 0) << r.err;

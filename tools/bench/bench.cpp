@@ -135,9 +135,17 @@ int run_bench(int argc, char** argv, std::ostream& out, std::ostream& err) {
   cfg.evict_threads = m.hw_threads;
 
   const std::vector<int32_t> threads = o.threads.empty() ? std::vector<int32_t>{0} : o.threads;
+  // A ragged batch is one point of its own: the -n / -d / -b sweep collapses to it.
+  AttentionProblem ragged_shape;
+  if (!o.ragged.empty()) apply_ragged(ragged_shape, o.ragged);
+  const std::vector<int32_t> batches =
+      o.ragged.empty() ? o.batch : std::vector{ragged_shape.n_seqs};
+  const std::vector<int32_t> n_qs = o.ragged.empty() ? o.n_q : std::vector{ragged_shape.n_q_tokens};
+  const std::vector<int64_t> depths =
+      o.ragged.empty() ? o.depths : std::vector{ragged_shape.kv_capacity};
   const int64_t total =
-      static_cast<int64_t>(o.heads.size() * o.head_dims.size() * o.batch.size() * o.n_q.size() *
-                           threads.size() * o.page_sizes.size() * o.pairs.size() * o.depths.size());
+      static_cast<int64_t>(o.heads.size() * o.head_dims.size() * batches.size() * n_qs.size() *
+                           threads.size() * o.page_sizes.size() * o.pairs.size() * depths.size());
   tools::Progress progress(total, o.progress);
   std::vector<Row> rows;
   std::vector<std::string> failures;
@@ -145,12 +153,12 @@ int run_bench(int argc, char** argv, std::ostream& out, std::ostream& err) {
   // Depth innermost: a K/V pair's points are consecutive, as its line in the plot.
   for (auto [qh, kvh] : o.heads)
     for (HeadDims hd : o.head_dims)
-      for (int32_t b : o.batch)
-        for (int32_t nq : o.n_q)
+      for (int32_t b : batches)
+        for (int32_t nq : n_qs)
           for (int32_t t : threads)
             for (int32_t ps : o.page_sizes)
               for (KvPair kv : o.pairs)
-                for (int64_t d : o.depths) {
+                for (int64_t d : depths) {
                   AttentionProblem p;
                   p.page_size = ps;
                   p.n_seqs = b;
@@ -161,6 +169,7 @@ int run_bench(int argc, char** argv, std::ostream& out, std::ostream& err) {
                   p.k_type = kv.k;
                   p.v_type = kv.v;
                   p.kv_capacity = d;
+                  if (!o.ragged.empty()) apply_ragged(p, o.ragged);
                   const std::string label =
                       fmt::format("{}/{} {} D {} depth {} {}", to_string(kv.k), to_string(kv.v),
                                   heads_name(p), dims_name(p), d, test_name(p));
@@ -170,13 +179,13 @@ int run_bench(int argc, char** argv, std::ostream& out, std::ostream& err) {
                     continue;
                   }
                   cfg.threads = t;
-                  Expected<Timing> tm = time_point(p, cfg);
+                  Expected<Timing> tm = time_point(p, cfg, o.ragged);
                   if (!tm) {
                     failures.push_back(fmt::format("{}: {}", describe(p), tm.error().message));
                   } else {
                     const double bw =
                         tm->backend == Backend::cpu ? m.cpu_bw.gbps : m.gpu_bw.value_or(0.0);
-                    rows.push_back(make_row(p, std::move(*tm), bw));
+                    rows.push_back(make_row(p, o.ragged, std::move(*tm), bw));
                   }
                   progress.step(label);
                 }

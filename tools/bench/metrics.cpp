@@ -17,17 +17,56 @@ int64_t visible_pairs(int64_t n_q, int64_t kv_len, bool causal, int64_t window) 
   return pairs;
 }
 
-double attention_flops(const AttentionProblem& p) {
+namespace {
+
+// One sequence of n_q queries over kv_len tokens, every query head.
+double sequence_flops(const AttentionProblem& p, int64_t n_q, int64_t kv_len) {
   const double per_pair = 2.0 * (p.head_dim.k + p.head_dim.v);
-  return per_pair *
-         static_cast<double>(visible_pairs(p.n_q_tokens, p.kv_capacity, p.causal, p.window)) *
-         p.n_q_heads * p.n_seqs;
+  return per_pair * static_cast<double>(visible_pairs(n_q, kv_len, p.causal, p.window)) *
+         p.n_q_heads;
+}
+
+double token_bytes(const AttentionProblem& p) {
+  return static_cast<double>(row_size(p.k_type, p.head_dim.k) + row_size(p.v_type, p.head_dim.v)) *
+         p.n_kv_heads;
+}
+
+}  // namespace
+
+double attention_flops(const AttentionProblem& p) {
+  return sequence_flops(p, p.n_q_tokens, p.kv_capacity) * p.n_seqs;
 }
 
 double kv_bytes(const AttentionProblem& p) {
-  const double row =
-      static_cast<double>(row_size(p.k_type, p.head_dim.k) + row_size(p.v_type, p.head_dim.v));
-  return static_cast<double>(p.n_seqs) * static_cast<double>(p.kv_capacity) * p.n_kv_heads * row;
+  return static_cast<double>(p.n_seqs) * static_cast<double>(p.kv_capacity) * token_bytes(p);
+}
+
+void apply_ragged(AttentionProblem& p, const RaggedBatch& b) {
+  p.n_seqs = static_cast<int32_t>(b.q_lens.size());
+  p.n_q_tokens = std::max(1, *std::max_element(b.q_lens.begin(), b.q_lens.end()));
+  p.kv_capacity = std::max<int64_t>(1, *std::max_element(b.kv_lens.begin(), b.kv_lens.end()));
+  p.ragged_q = true;
+}
+
+double attention_flops(const AttentionProblem& p, const RaggedBatch& b) {
+  if (b.empty()) return attention_flops(p);
+  double flops = 0;
+  for (size_t s = 0; s < b.q_lens.size(); ++s)
+    flops += sequence_flops(p, b.q_lens[s], b.kv_lens[s]);
+  return flops;
+}
+
+double kv_bytes(const AttentionProblem& p, const RaggedBatch& b) {
+  if (b.empty()) return kv_bytes(p);
+  double tokens = 0;
+  for (int64_t len : b.kv_lens) tokens += static_cast<double>(len);
+  return tokens * token_bytes(p);
+}
+
+RaggedBatch issue39_batch() {
+  return {{1, 1, 1, 1, 1, 1, 1, 1, 16, 64, 256, 512, 1024, 2048, 4096, 4096},
+          {1024, 2048, 4096, 8192, 16384, 32768, 32768, 16384, 2048, 4096, 8192, 16384, 32768, 8192,
+           4096, 32768}};
 }
 
 }  // namespace kvflash::bench

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "kvflash/problem.hpp"
 
@@ -18,6 +19,23 @@ int64_t visible_pairs(int64_t n_q, int64_t kv_len, bool causal, int64_t window);
 // sequences; every sequence holds kv_capacity tokens (the benchmark's layout).
 double attention_flops(const AttentionProblem& p);
 
+// A ragged batch (--ragged): sequence s has q_lens[s] queries, the last of its kv_lens[s] tokens.
+// Empty: every sequence has n_q_tokens queries over kv_capacity tokens.
+struct RaggedBatch {
+  std::vector<int32_t> q_lens;
+  std::vector<int64_t> kv_lens;
+  bool empty() const { return q_lens.empty(); }
+};
+// The problem of a ragged batch: n_seqs its size, n_q_tokens and kv_capacity its largest counts,
+// problem.ragged_q on.
+void apply_ragged(AttentionProblem& p, const RaggedBatch& b);
+// attention_flops and kv_bytes summed per sequence of the batch (its own queries and tokens).
+double attention_flops(const AttentionProblem& p, const RaggedBatch& b);
+double kv_bytes(const AttentionProblem& p, const RaggedBatch& b);
+// Issue 39's ragged batch: 16 sequences, 8 decode tokens and 8 prefill chunks of 16-4096 queries,
+// caches of 1K-32K tokens (--ragged issue39).
+RaggedBatch issue39_batch();
+
 // Bytes of the K and V caches of all sequences: n_seqs * kv_capacity * n_kv_heads *
 // (row_size(k) + row_size(v)). The least a call must read, so bytes / time is the effective
 // bandwidth; padding of partial blocks is counted since it is read too.
@@ -27,8 +45,9 @@ double kv_bytes(const AttentionProblem& p);
 // query blocks (prefill) by arithmetic. The tool reports GB/s for the first, TFLOP/s for the
 // second.
 inline constexpr int32_t kMaxDecodeQueries = 8;
+// A ragged batch counts as prefill (its chunks dominate the work): TFLOP/s.
 inline bool is_decode(const AttentionProblem& p) {
-  return p.n_q_tokens <= kMaxDecodeQueries;
+  return p.n_q_tokens <= kMaxDecodeQueries && !p.ragged_q;
 }
 
 }  // namespace kvflash::bench

@@ -111,6 +111,11 @@ ParseResult parse_options(int argc, const char* const* argv, std::ostream& out, 
                  "memory read bandwidth in GB/s for the percentage column (default: measured)");
   app.add_option("--llc-bytes", llc,
                  "last-level cache to rotate inputs past, e.g. 32M (default: from sysconf)");
+  std::string ragged;
+  app.add_option("--ragged", ragged,
+                 "one ragged batch instead of the -n/-d/-b sweep: QUERIES:TOKENS per sequence, "
+                 "comma-separated (e.g. 1:32768,512:4096,0:100), or issue39 (16 sequences, 1-4096 "
+                 "queries, 1K-32K tokens); TFLOP/s over each sequence's visible pairs");
   bool no_progress = false;
   app.add_flag("--no-progress", no_progress, "no progress line on stderr");
 
@@ -221,8 +226,39 @@ ParseResult parse_options(int argc, const char* const* argv, std::ostream& out, 
                               "install librsvg2-bin); or write an .svg"));
     o.plot_path = plot;
   }
+  if (!ragged.empty()) {
+    auto rb = parse_ragged("--ragged", ragged);
+    if (!rb) return fail(rb.error());
+    o.ragged = *rb;
+  }
   o.progress = !no_progress;
   return {o, 0};
+}
+
+Expected<RaggedBatch> parse_ragged(std::string_view flag, const std::string& text) {
+  if (text == "issue39") return issue39_batch();
+  constexpr std::string_view kAllowed =
+      "expected issue39 or QUERIES:TOKENS per sequence, comma-separated, 0 <= QUERIES <= TOKENS, "
+      "1 <= TOKENS";
+  RaggedBatch b;
+  for (const std::string& item : tools::split(text, ',')) {
+    const size_t colon = item.find(':');
+    if (colon == std::string::npos) return usage_error(flag, item, kAllowed);
+    int64_t q = -1, kv = -1;
+    const std::string qs = item.substr(0, colon), ks = item.substr(colon + 1);
+    auto [qp, qe] = std::from_chars(qs.data(), qs.data() + qs.size(), q);
+    auto [kp, ke] = std::from_chars(ks.data(), ks.data() + ks.size(), kv);
+    if (qe != std::errc() || ke != std::errc() || qp != qs.data() + qs.size() ||
+        kp != ks.data() + ks.size() || q < 0 || kv < 1 || q > kv ||
+        q > SupportedSpace::max_q_tokens || kv > SupportedSpace::max_kv_len)
+      return usage_error(flag, item, kAllowed);
+    b.q_lens.push_back(static_cast<int32_t>(q));
+    b.kv_lens.push_back(kv);
+  }
+  if (b.q_lens.empty() || b.q_lens.size() > size_t(SupportedSpace::max_seqs))
+    return usage_error(flag, text,
+                       fmt::format("expected 1 .. {} sequences", SupportedSpace::max_seqs));
+  return b;
 }
 
 }  // namespace kvflash::bench

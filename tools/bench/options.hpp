@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench/metrics.hpp"
 #include "common/table.hpp"
 #include "kvflash/formats.hpp"
 #include "kvflash/problem.hpp"
@@ -38,6 +39,7 @@ struct BenchOptions {
   std::vector<int32_t> batch;             // sequences
   std::vector<int32_t> page_sizes = {0};  // 0: contiguous caches; N: pages of N tokens
   std::vector<int32_t> threads;           // empty: every hardware thread
+  RaggedBatch ragged;  // --ragged: one ragged batch instead of the -n / -d / -b sweep
   int32_t reps = 5;
   int32_t warmup = 1;
   tools::OutputFormat format = tools::OutputFormat::md;
@@ -56,6 +58,10 @@ struct ParseResult {
 // Parses argv (argv[0] is the program name). --help prints to `out` and gives exit code 0; every
 // error prints one message naming the flag and what is allowed to `err`, exit code kExitUsage.
 ParseResult parse_options(int argc, const char* const* argv, std::ostream& out, std::ostream& err);
+
+// --ragged's value: "issue39" (issue39_batch()) or a comma list of QUERIES:TOKENS per sequence,
+// e.g. "1:4096,512:8192,0:100", each 0 <= QUERIES <= TOKENS, TOKENS >= 1. The error names the flag.
+Expected<RaggedBatch> parse_ragged(std::string_view flag, const std::string& text);
 
 // The K/V pairs the type flags describe. Both given: every (k, v) pair. Only one given: the
 // diagonal (k, k), so "-ctk f16,q4_0" runs f16/f16 and q4_0/q4_0 and not the mixed pairs.

@@ -27,17 +27,18 @@ std::string us_cell(const Timing& t) {
 
 }  // namespace
 
-Row make_row(const AttentionProblem& p, Timing t, double mem_bw_gbps) {
-  Row r{p, std::move(t), 0, 0, mem_bw_gbps, std::nullopt};
+Row make_row(const AttentionProblem& p, const RaggedBatch& ragged, Timing t, double mem_bw_gbps) {
+  Row r{p, ragged, std::move(t), 0, 0, mem_bw_gbps, std::nullopt};
   const double s = r.timing.median() * 1e-6;
-  r.gbps = kv_bytes(p) / s / 1e9;
-  r.tflops = attention_flops(p) / s / 1e12;
+  r.gbps = kv_bytes(p, ragged) / s / 1e9;
+  r.tflops = attention_flops(p, ragged) / s / 1e12;
   if (mem_bw_gbps > 0) r.pct_mem_bw = 100.0 * r.gbps / mem_bw_gbps;
   return r;
 }
 
 std::string test_name(const AttentionProblem& p) {
   const std::string paged = p.page_size > 0 ? fmt::format(" paged {}", p.page_size) : "";
+  if (p.ragged_q) return fmt::format("ragged {}{}", p.n_seqs, paged);
   if (p.n_q_tokens == 1) return "decode" + paged;
   if (is_decode(p)) return fmt::format("spec {}{}", p.n_q_tokens, paged);
   return fmt::format("prefill {}{}", p.n_q_tokens, paged);
@@ -82,9 +83,9 @@ tools::Table machine_table(const std::vector<Row>& rows, const std::string& cpu,
                r.timing.median(),
                r.timing.us.front(),
                r.timing.us.back(),
-               kv_bytes(p),
+               kv_bytes(p, r.ragged),
                r.gbps,
-               attention_flops(p),
+               attention_flops(p, r.ragged),
                r.tflops,
                r.mem_bw_gbps > 0 ? Cell{r.mem_bw_gbps} : Cell{},
                r.pct_mem_bw ? Cell{*r.pct_mem_bw} : Cell{},

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/metrics.hpp"
 #include "bench/plot.hpp"
 #include "bench/runner.hpp"
 #include "common/table.hpp"
@@ -15,6 +16,7 @@ namespace kvflash::bench {
 
 struct Row {
   AttentionProblem problem;
+  RaggedBatch ragged;  // --ragged: each sequence's queries and tokens (problem.ragged_q)
   Timing timing;
   double gbps = 0;                   // KV bytes / median time
   double tflops = 0;                 // attention flops / median time
@@ -23,9 +25,10 @@ struct Row {
 };
 
 // Fills the speeds of a row from its problem and timing; bandwidth 0 means unknown.
-Row make_row(const AttentionProblem& p, Timing t, double mem_bw_gbps);
+Row make_row(const AttentionProblem& p, const RaggedBatch& ragged, Timing t, double mem_bw_gbps);
 
-// "decode", "spec 4", "prefill 512"; paged caches add " paged N" (N tokens per page).
+// "decode", "spec 4", "prefill 512", "ragged 16" (sequences); paged caches add " paged N" (N
+// tokens per page).
 std::string test_name(const AttentionProblem& p);
 // "32/8" and "128" or "576/512".
 std::string heads_name(const AttentionProblem& p);

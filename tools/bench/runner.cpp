@@ -64,11 +64,29 @@ Status replicate_on_device(uint8_t* base, size_t have, size_t total, void* strea
   return {};
 }
 
+// A ragged batch's tensors.kv_lens and tensors.q_offsets (both empty without one), and the
+// packed query rows of q and out.
+struct RaggedQueries {
+  std::vector<int64_t> kv_lens;
+  std::vector<int32_t> offsets;
+  int64_t rows = 0;
+};
+RaggedQueries ragged_queries(const AttentionProblem& p, const RaggedBatch& b) {
+  RaggedQueries rq;
+  if (!b.empty()) {
+    rq.kv_lens = b.kv_lens;
+    rq.offsets = {0};
+    for (int32_t n : b.q_lens) rq.offsets.push_back(rq.offsets.back() + n);
+  }
+  rq.rows = q_total_rows(p, rq.offsets.empty() ? nullptr : rq.offsets.data());
+  return rq;
+}
+
 // CUDA kernels: every buffer in device memory, every call on one stream, each timed call between
 // two events (gpu::time_ms). The KV copies (one allocation, gpu_rotation_copies of them, at least
 // 4x the L2 together) are used in turn, first the one uploaded first, so no call finds its KV in
 // the L2.
-Expected<Timing> time_point_cuda(const Plan& pl, const RunConfig& cfg) {
+Expected<Timing> time_point_cuda(const Plan& pl, const RunConfig& cfg, const RaggedQueries& rq) {
   if (cuda_device_count() == 0)
     return unsupported(
         fmt::format("kernel '{}' is a CUDA kernel and no CUDA device is visible", pl.kernel->name));
@@ -91,7 +109,7 @@ Expected<Timing> time_point_cuda(const Plan& pl, const RunConfig& cfg) {
   const size_t copy_bytes = v_off + v_bytes;
   const size_t stride = round_up(copy_bytes, 4096);
   const int64_t copies = gpu_rotation_copies(static_cast<int64_t>(stride));
-  const size_t n_q = size_t(p.n_seqs) * p.n_q_tokens * p.n_q_heads;
+  const size_t n_q = size_t(rq.rows) * p.n_q_heads;
   // Every message names where the point failed; bench.cpp prefixes the point itself.
   auto fail = [&](const std::string& what, const Error& e) {
     return Error{e.code, fmt::format("on the GPU: {}: {}", what, e.message)};
@@ -109,11 +127,15 @@ Expected<Timing> time_point_cuda(const Plan& pl, const RunConfig& cfg) {
   if (!q_dev) return fail("allocating q", q_dev.error());
   Expected<gpu::DeviceBuffer> out = gpu::DeviceBuffer::allocate(n_q * p.head_dim.v * sizeof(float));
   if (!out) return fail("allocating out", out.error());
-  // Every sequence full, as on the CPU (which passes no lengths); CUDA kernels read them on the
-  // device.
-  const std::vector<int64_t> lens(size_t(p.n_seqs), p.kv_capacity);
+  // Every sequence full, as on the CPU (which passes no lengths), or a ragged batch's lengths;
+  // CUDA kernels read them (and a ragged batch's offsets) on the device.
+  const std::vector<int64_t> lens =
+      rq.kv_lens.empty() ? std::vector<int64_t>(size_t(p.n_seqs), p.kv_capacity) : rq.kv_lens;
   Expected<gpu::DeviceBuffer> lens_dev = gpu::DeviceBuffer::allocate(lens.size() * sizeof(int64_t));
   if (!lens_dev) return fail("allocating kv_lens", lens_dev.error());
+  Expected<gpu::DeviceBuffer> offsets_dev =
+      gpu::DeviceBuffer::allocate(std::max<size_t>(1, rq.offsets.size() * sizeof(int32_t)));
+  if (!offsets_dev) return fail("allocating q_offsets", offsets_dev.error());
   Expected<gpu::DeviceBuffer> ws = gpu::DeviceBuffer::allocate(pl.workspace_bytes);
   if (!ws) return fail("allocating the workspace", ws.error());
   std::vector<int32_t> table(static_cast<size_t>(n_pages));
@@ -139,6 +161,9 @@ Expected<Timing> time_point_cuda(const Plan& pl, const RunConfig& cfg) {
   if (st) st = replicate_on_device(base, stride, stride * size_t(copies), stream);
   if (st) st = gpu::copy(q_dev->data(), q.data(), q.size() * sizeof(float), stream);
   if (st) st = gpu::copy(lens_dev->data(), lens.data(), lens.size() * sizeof(int64_t), stream);
+  if (st && !rq.offsets.empty())
+    st = gpu::copy(offsets_dev->data(), rq.offsets.data(), rq.offsets.size() * sizeof(int32_t),
+                   stream);
   if (st) st = stream_or->synchronize();
   if (!st) return fail("copying the inputs to the device", st.error());
 
@@ -159,6 +184,7 @@ Expected<Timing> time_point_cuda(const Plan& pl, const RunConfig& cfg) {
                                  p.kv_capacity);
     }
     t.kv_lens = static_cast<const int64_t*>(lens_dev->data());
+    if (p.ragged_q) t.q_offsets = static_cast<const int32_t*>(offsets_dev->data());
     t.out = static_cast<float*>(out->data());
     bool timed = false;
     auto enqueue = [&] {
@@ -189,13 +215,13 @@ Expected<Timing> time_point_cuda(const Plan& pl, const RunConfig& cfg) {
   return tm;
 }
 
-Expected<Timing> time_point_cpu(const Plan& pl, const RunConfig& cfg) {
+Expected<Timing> time_point_cpu(const Plan& pl, const RunConfig& cfg, const RaggedQueries& rq) {
   const AttentionProblem& p = pl.problem;
   const int64_t n_rows = int64_t{p.n_seqs} * p.kv_capacity * p.n_kv_heads;
   const size_t krow = row_size(p.k_type, p.head_dim.k), vrow = row_size(p.v_type, p.head_dim.v);
   const size_t v_off = (krow * n_rows + 4095) / 4096 * 4096;
   const size_t copy_bytes = v_off + vrow * n_rows;
-  const size_t n_q = size_t(p.n_seqs) * p.n_q_tokens * p.n_q_heads;
+  const size_t n_q = size_t(rq.rows) * p.n_q_heads;
   const size_t fixed = n_q * (p.head_dim.k + p.head_dim.v) * sizeof(float) + pl.workspace_bytes;
   if (static_cast<double>(copy_bytes + fixed) > static_cast<double>(cfg.memory_budget))
     return out_of_memory(fmt::format(
@@ -239,6 +265,8 @@ Expected<Timing> time_point_cpu(const Plan& pl, const RunConfig& cfg) {
     t.k = kv_tensor_contiguous(base, p.k_type, p.head_dim.k, p.n_kv_heads, p.kv_capacity);
     t.v = kv_tensor_contiguous(base + v_off, p.v_type, p.head_dim.v, p.n_kv_heads, p.kv_capacity);
     t.out = out.data();
+    t.kv_lens = rq.kv_lens.empty() ? nullptr : rq.kv_lens.data();
+    t.q_offsets = rq.offsets.empty() ? nullptr : rq.offsets.data();
     const auto t0 = std::chrono::steady_clock::now();
     const Status s = run(pl, t, ws.data());
     const auto t1 = std::chrono::steady_clock::now();
@@ -265,14 +293,19 @@ int64_t rotation_copies(int64_t copy_bytes, int64_t llc_bytes, int64_t calls, in
   return std::max<int64_t>(1, n);
 }
 
-Expected<Timing> time_point(const AttentionProblem& p, const RunConfig& cfg) {
+Expected<Timing> time_point(const AttentionProblem& p, const RunConfig& cfg,
+                            const RaggedBatch& ragged) {
+  const RaggedQueries rq = ragged_queries(p, ragged);
   PlanOptions po;
   po.select.backend = cfg.backend;
   po.n_threads = cfg.threads;
+  // The timed calls follow each other at once, as in a decode loop that keeps the CPU busy: the
+  // pool's workers spin between them instead of sleeping (a wake-up costs tens of microseconds).
+  po.spin_us = 2000;
   Expected<Plan> pl = plan(p, po);
   if (!pl) return pl.error();
-  Expected<Timing> t =
-      pl->kernel->backend == Backend::cuda ? time_point_cuda(*pl, cfg) : time_point_cpu(*pl, cfg);
+  Expected<Timing> t = pl->kernel->backend == Backend::cuda ? time_point_cuda(*pl, cfg, rq)
+                                                            : time_point_cpu(*pl, cfg, rq);
   if (t) t->splits = pl->n_splits;
   return t;
 }

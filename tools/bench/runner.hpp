@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bench/machine.hpp"
+#include "bench/metrics.hpp"
 #include "kvflash/registry.hpp"
 #include "kvflash/status.hpp"
 
@@ -46,7 +47,9 @@ struct Timing {
 };
 
 // Errors (unsupported combination, not enough memory) come back as values, never thrown.
-Expected<Timing> time_point(const AttentionProblem& p, const RunConfig& cfg);
+// A ragged batch (p from apply_ragged) passes its lengths and packed query rows.
+Expected<Timing> time_point(const AttentionProblem& p, const RunConfig& cfg,
+                            const RaggedBatch& ragged = {});
 
 // How many copies of `copy_bytes` of inputs to rotate through: enough that between two uses of one
 // copy more than twice the last-level cache is read, but never more than the calls made (each call

@@ -3,9 +3,12 @@
 #pragma once
 
 #include <ostream>
+#include <string>
 
+#include "common/table.hpp"
 #include "kvflash/status.hpp"
 #include "loop/loop.hpp"
+#include "loop/prefill.hpp"
 
 namespace kvflash::tools::loop {
 
@@ -21,6 +24,11 @@ struct LoopArgs {
   std::string help_text;
 };
 Expected<LoopArgs> parse_loop_args(int argc, const char* const* argv);
+
+// The prefill mode's report: a table (md, csv, json); md adds a header line saying the shape, a
+// note on what each column measures, and the graph runner's counters.
+std::string render_prefill(const LoopConfig& c, const PrefillReport& rep,
+                           tools::OutputFormat format);
 
 int run_loop_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err);
 

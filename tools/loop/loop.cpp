@@ -10,6 +10,7 @@
 #include "kvflash/device.hpp"
 #include "kvflash/problem.hpp"
 #include "kvflash/registry.hpp"
+#include "loop/step_util.hpp"
 
 namespace kvflash::tools::loop {
 namespace {
@@ -24,12 +25,6 @@ constexpr double kLaunchCoverUs = 200.0;
 
 size_t round_up(size_t n, size_t to) {
   return (n + to - 1) / to * to;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 AttentionProblem layer_problem(const LoopConfig& c, size_t layer, int64_t capacity) {
@@ -53,10 +48,6 @@ Status replicate(uint8_t* base, size_t have, size_t total, void* stream) {
     have += n;
   }
   return {};
-}
-
-Error at(const std::string& what, const Error& e) {
-  return Error{e.code, fmt::format("{}: {}", what, e.message)};
 }
 
 struct Layer {
@@ -230,15 +221,14 @@ Expected<LoopReport> run_loop(const LoopConfig& cfg) {
   };
   // What the captured step bakes in besides the problem: the layer count, each layer's types and
   // buffers (FNV-1a over them).
-  uint64_t key = 1469598103934665603ull;
-  auto mix = [&](uint64_t x) { key = (key ^ x) * 1099511628211ull; };
-  mix(n_layers);
+  StepKey key;
+  key.mix(n_layers);
   for (size_t l = 0; l < n_layers; ++l) {
-    mix(uint64_t(cfg.k_types[l]) << 8 | uint64_t(cfg.v_types[l]));
-    mix(reinterpret_cast<uintptr_t>(layers[l].k));
-    mix(reinterpret_cast<uintptr_t>(layers[l].v));
+    key.mix(uint64_t(cfg.k_types[l]) << 8 | uint64_t(cfg.v_types[l]));
+    key.mix(layers[l].k);
+    key.mix(layers[l].v);
   }
-  const ShapeSignature sig = ShapeSignature::of(layers[0].plan.problem, key);
+  const ShapeSignature sig = ShapeSignature::of(layers[0].plan.problem, key.value());
   gpu::GraphRunner runner(stream);
 
   for (const int64_t depth : cfg.depths) {

@@ -19,6 +19,7 @@
 
 #include "kvflash/formats.hpp"
 #include "kvflash/graph_runner.hpp"
+#include "kvflash/kv_cache.hpp"
 #include "kvflash/memory_report.hpp"
 #include "kvflash/status.hpp"
 #include "plan/model.hpp"
@@ -27,11 +28,16 @@ namespace kvflash::tools::loop {
 
 struct LoopConfig {
   plan::ModelShape model;       // layers, heads, head dims (no MLA, no sliding window)
-  std::vector<KvType> k_types;  // one per layer (expand_types makes them so)
+  std::vector<KvType> k_types;  // decode: one per layer (expand_types makes them so)
   std::vector<KvType> v_types;
   std::vector<int64_t> depths;  // tokens already in the cache; the plan is for the largest
-  int32_t tokens = 20;          // timed decode steps per depth and mode
+  int32_t tokens = 20;          // timed steps per depth and mode
   int32_t kernel_reps = 5;      // timed runs of each layer alone (its median is summed)
+  // Prefill mode (prefill.hpp) when chunk > 1: query tokens appended and attended per sequence
+  // and step, for `seqs` sequences, each K/V pair of prefill_types in every layer in turn.
+  int32_t chunk = 1;
+  int32_t seqs = 1;
+  std::vector<gpu::KvLayerTypes> prefill_types;
   bool graphs_off = true, graphs_on = true;
   uint64_t seed = 42;
 };

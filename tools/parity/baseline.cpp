@@ -9,9 +9,8 @@
 namespace kvflash::parity {
 namespace {
 
-const std::byte* row_ptr(const KvTensor& kv, int64_t s, int64_t tok, int64_t h) {
-  return static_cast<const std::byte*>(kv.data) + s * kv.stride_seq + tok * kv.stride_token +
-         h * kv.stride_head;
+const std::byte* row_ptr(const KvTensor& kv, int32_t page_size, int64_t s, int64_t tok, int64_t h) {
+  return static_cast<const std::byte*>(kv.data) + kv_row_offset(kv, page_size, s, tok, h);
 }
 
 }  // namespace
@@ -21,7 +20,6 @@ void baseline_attention_f32(const AttentionProblem& p, const AttentionTensors& t
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const int64_t dk = p.head_dim.k;
   const int64_t dv = p.head_dim.v;
-  const int64_t nq = p.n_q_tokens;
   const int64_t group = p.group();
   const float scale = p.effective_scale();
   // Dequantized rows; turbo rows may need a whole number of 128-value groups of scratch.
@@ -30,16 +28,19 @@ void baseline_attention_f32(const AttentionProblem& p, const AttentionTensors& t
 
   for (int64_t s = 0; s < p.n_seqs; ++s) {
     const int64_t len = lens[static_cast<size_t>(s)];
+    // This sequence's queries: packed rows q0 .. q0 + nq - 1 (problem.hpp), mask rows s, 0 .. nq-1.
+    const int64_t q0 = q_row_base(t.q_offsets, p.n_q_tokens, s);
+    const int64_t nq = q_len(t.q_offsets, p.n_q_tokens, s);
     for (int64_t kvh = 0; kvh < p.n_kv_heads; ++kvh) {
       // Rows r = i * group + g: query token i of q head kvh * group + g.
       const int64_t rows = nq * group;
       std::vector<float> logit(static_cast<size_t>(rows * len), kNegInf);
       auto q_of = [&](int64_t r) {
         const int64_t h = kvh * group + r % group;
-        return t.q + ((s * nq + r / group) * p.n_q_heads + h) * dk;
+        return t.q + ((q0 + r / group) * p.n_q_heads + h) * dk;
       };
       for (int64_t k = 0; k < len; ++k) {
-        dequantize_row(p.k_type, row_ptr(t.k, s, k, kvh), dk, krow.data());
+        dequantize_row(p.k_type, row_ptr(t.k, p.page_size, s, k, kvh), dk, krow.data());
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t i = r / group;
           const int64_t h = kvh * group + r % group;
@@ -52,7 +53,7 @@ void baseline_attention_f32(const AttentionProblem& p, const AttentionTensors& t
           float x = scale * dot;
           if (p.softcap > 0.0f) x = p.softcap * std::tanh(x / p.softcap);
           if (p.has_alibi) x += t.alibi_slopes[h] * static_cast<float>(k - pq);
-          if (p.has_mask) x += t.mask[(s * nq + i) * t.mask_stride + k];
+          if (p.has_mask) x += t.mask[(s * p.n_q_tokens + i) * t.mask_stride + k];
           logit[static_cast<size_t>(r * len + k)] = x;
         }
       }
@@ -75,7 +76,7 @@ void baseline_attention_f32(const AttentionProblem& p, const AttentionTensors& t
       }
       std::vector<float> acc(static_cast<size_t>(rows * dv), 0.0f);
       for (int64_t k = 0; k < len; ++k) {
-        dequantize_row(p.v_type, row_ptr(t.v, s, k, kvh), dv, vrow.data());
+        dequantize_row(p.v_type, row_ptr(t.v, p.page_size, s, k, kvh), dv, vrow.data());
         for (int64_t r = 0; r < rows; ++r) {
           if (m[static_cast<size_t>(r)] == kNegInf) continue;
           const float w = logit[static_cast<size_t>(r * len + k)];
@@ -87,7 +88,7 @@ void baseline_attention_f32(const AttentionProblem& p, const AttentionTensors& t
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t i = r / group;
         const int64_t h = kvh * group + r % group;
-        const int64_t o = (s * nq + i) * p.n_q_heads + h;
+        const int64_t o = (q0 + i) * p.n_q_heads + h;
         const float mr = m[static_cast<size_t>(r)];
         const float lr = l[static_cast<size_t>(r)];
         const float inv = mr == kNegInf ? 0.0f : 1.0f / lr;

@@ -13,8 +13,9 @@
 
 namespace kvflash::parity {
 
-// t: host tensors (out and lse are ignored); lens: tokens of each sequence. out receives
-// (n_seqs, n_q_tokens, n_q_heads, head_dim.v) floats, lse (n_seqs, n_q_tokens, n_q_heads).
+// t: host tensors (out and lse are ignored; q_offsets read when ragged); lens: tokens of each
+// sequence. out receives (rows, n_q_heads, head_dim.v) floats, lse (rows, n_q_heads), rows =
+// q_total_rows (problem.hpp).
 void baseline_attention_f32(const AttentionProblem& p, const AttentionTensors& t,
                             const std::vector<int64_t>& lens, float* out, float* lse);
 

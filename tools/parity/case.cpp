@@ -1,8 +1,10 @@
 #include "case.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <numeric>
 
 namespace kvflash::parity {
 
@@ -36,6 +38,9 @@ std::string case_name(const ParityCase& c) {
   if (c.alibi) s += "_alibi";
   if (c.scale != 0.0f) s += fmt::format("_scale{:g}", c.scale);
   if (c.layout != KvLayout::token_major) s += fmt::format("_{}", to_string(c.layout));
+  if (c.page_size > 0) s += fmt::format("_paged{}", c.page_size);
+  if (!c.q_lens.empty())
+    s += fmt::format("_qlens-{}_kvlens-{}", fmt::join(c.q_lens, "-"), fmt::join(c.q_kv_lens, "-"));
   if (c.nmse_bound != ParityCase::kDefaultNmseBound) s += fmt::format("_nmse{:g}", c.nmse_bound);
   return s;
 }
@@ -57,10 +62,30 @@ AttentionProblem to_problem(const ParityCase& c) {
   p.softcap = c.softcap;
   p.has_sinks = c.sinks;
   p.has_alibi = c.alibi;
+  p.page_size = c.page_size;
+  p.ragged_q = !c.q_lens.empty();
   return p;
 }
 
+ParityCase ragged_q_case(ParityCase base, std::vector<int32_t> q_lens,
+                         std::vector<int64_t> kv_lens) {
+  base.n_seqs = static_cast<int32_t>(q_lens.size());
+  base.n_q_tokens = std::max(1, *std::max_element(q_lens.begin(), q_lens.end()));
+  base.kv_len = std::max<int64_t>(1, *std::max_element(kv_lens.begin(), kv_lens.end()));
+  base.q_lens = std::move(q_lens);
+  base.q_kv_lens = std::move(kv_lens);
+  return base;
+}
+
+std::vector<int32_t> q_offsets(const ParityCase& c) {
+  if (c.q_lens.empty()) return {};
+  std::vector<int32_t> offsets(c.q_lens.size() + 1, 0);
+  std::partial_sum(c.q_lens.begin(), c.q_lens.end(), offsets.begin() + 1);
+  return offsets;
+}
+
 std::vector<int64_t> kv_lens(const ParityCase& c) {
+  if (!c.q_kv_lens.empty()) return c.q_kv_lens;
   std::vector<int64_t> lens(static_cast<size_t>(c.n_seqs), c.kv_len);
   if (c.empty_last && c.n_seqs >= 2) lens.back() = 0;
   if (!c.ragged || c.n_seqs < 2) return lens;
@@ -77,10 +102,16 @@ int64_t kv_bytes_visible(const ParityCase& c) {
   const auto row_bytes =
       static_cast<int64_t>(row_size(c.k_type, c.head_dim.k) + row_size(c.v_type, c.head_dim.v));
   int64_t tokens = 0;
-  for (const int64_t len : kv_lens(c)) {
-    // Queries sit at positions len - n_q_tokens .. len - 1 (problem.hpp). The last one sees up
+  const std::vector<int64_t> lens = kv_lens(c);
+  const std::vector<int32_t> offsets = q_offsets(c);
+  const int32_t* off = offsets.empty() ? nullptr : offsets.data();
+  for (int64_t s = 0; s < c.n_seqs; ++s) {
+    const int64_t len = lens[static_cast<size_t>(s)];
+    const int32_t nq = q_len(off, c.n_q_tokens, s);
+    if (nq == 0) continue;
+    // Queries sit at positions len - nq .. len - 1 (problem.hpp). The last one sees up
     // to len - 1 whether or not the mask is causal; the window cuts keys below the first query.
-    const int64_t first_q = len - c.n_q_tokens;
+    const int64_t first_q = len - nq;
     const int64_t lo = c.window > 0 ? std::max<int64_t>(0, first_q - c.window + 1) : 0;
     tokens += std::max<int64_t>(0, len - lo);
   }

@@ -42,6 +42,15 @@ struct ParityCase {
   bool alibi = false;
   float scale = 0.0f;  // 0: 1/sqrt(head_dim.k)
   KvLayout layout = KvLayout::token_major;
+  // > 0: paged K and V (problem.page_size), pages of this many tokens in a pool with spare pages,
+  // every sequence's pages in a shuffled order, one table for K and V. Only CUDA kernels read
+  // paged caches (the CPU kernels decline them, guard kv_layout): a CPU-only build skips them.
+  int32_t page_size = 0;
+  // Ragged queries (problem.ragged_q, packed q / out / lse): non-empty, one query count per
+  // sequence (n_seqs of them, each 0 .. n_q_tokens), with each sequence's KV length in q_kv_lens
+  // (overriding ragged / empty_last; kv_len is their maximum). ragged_q_case() builds one.
+  std::vector<int32_t> q_lens;
+  std::vector<int64_t> q_kv_lens;
   double nmse_bound = kDefaultNmseBound;  // bound on the output NMSE against float64
 
   static constexpr double kDefaultNmseBound = 1e-5;
@@ -50,6 +59,13 @@ struct ParityCase {
 // e.g. "q1_h32x8_d128_k-q8_0_v-q4_0_kv4096_causal_win256".
 std::string case_name(const ParityCase& c);
 AttentionProblem to_problem(const ParityCase& c);
+
+// A ragged-query case: sequence s has q_lens[s] queries over kv_lens[s] tokens (n_seqs, n_q_tokens
+// and kv_len follow from them).
+ParityCase ragged_q_case(ParityCase base, std::vector<int32_t> q_lens,
+                         std::vector<int64_t> kv_lens);
+// The case's tensors.q_offsets: n_seqs + 1 prefix sums of q_lens; empty without ragged queries.
+std::vector<int32_t> q_offsets(const ParityCase& c);
 
 // Tokens held by each sequence. Ragged batches: the first sequence is full (kv_len), the middle
 // ones are shorter by uneven amounts, and the last holds max(1, n_q_tokens / 2) tokens, fewer than
@@ -62,8 +78,10 @@ std::vector<int64_t> kv_lens(const ParityCase& c);
 int64_t kv_bytes_visible(const ParityCase& c);
 
 // Case sets. "test" is the default and must stay fast (well under 2 minutes on 2 cores in Release
-// for the CPU backend); "long" adds more cases at 256K-1M tokens; "all" is both.
-enum class CaseSet { test, long_context, all };
+// for the CPU backend); "long" adds more cases at 256K-1M tokens; "prefill" chunked prefill deep
+// in the context, paged, with every feature and ragged batches (meant for the CUDA backend: each
+// reference takes seconds on one core); "all" is every set.
+enum class CaseSet { test, long_context, prefill, all };
 std::vector<ParityCase> build_case_set(CaseSet set);
 
 }  // namespace kvflash::parity

@@ -178,6 +178,33 @@ std::vector<ParityCase> ragged_cases() {
   return out;
 }
 
+// Ragged query counts (problem.ragged_q: packed q / out / lse), as engines batch prefill chunks
+// with decode tokens: a free slot (0 queries, 0 keys), decode, short and long chunks, a fresh
+// prompt; decode-sized batches (up to 8 queries); more queries than keys under causal (the first
+// ones before position 0) and not; every feature; paged caches (CUDA only).
+std::vector<ParityCase> ragged_q_cases() {
+  const ParityCase base;
+  std::vector<ParityCase> out;
+  const Axis pairs = types({{f16, f16}, {q8_0, turbo4}, {q4_0, q4_0}});
+  const ParityCase mixed = ragged_q_case(base, {0, 1, 7, 33, 300}, {0, 8000, 7, 1000, 300});
+  const ParityCase decode = ragged_q_case(base, {1, 0, 8, 3}, {4000, 0, 100, 3});
+  const ParityCase before_zero = ragged_q_case(base, {33, 1, 9}, {10, 500, 9});
+  for (const ParityCase& c : {mixed, decode, before_zero}) append(out, product(c, {pairs}));
+  ParityCase not_causal = before_zero;
+  not_causal.causal = false;
+  append(out, product(not_causal, {types({{f16, f16}})}));
+  for (ParityCase c : {mixed, decode, before_zero}) {
+    c.mask = c.sinks = c.alibi = true;
+    c.window = 200;
+    c.softcap = 5.0f;
+    append(out, product(c, {types({{q8_0, turbo4}, {turbo3, turbo3}})}));
+  }
+  ParityCase paged = mixed;
+  paged.page_size = 16;
+  append(out, product(paged, {types({{f16, f16}, {q8_0, q4_0}})}));
+  return out;
+}
+
 // Non-contiguous caches: every layout with a ragged pair of sequences, so that sequence, token
 // and head strides all matter.
 std::vector<ParityCase> layout_cases() {
@@ -245,6 +272,83 @@ std::vector<ParityCase> long_cases() {
   return out;
 }
 
+// Prefill for the GPU: chunks of queries deep in the context (128K, and a small chunk onto 1M
+// tokens, one KV head of GQA 2 so that the float64 reference stays seconds on one core), paged
+// caches under a ragged batch, every feature alone and together, ragged batches (the last
+// sequence holds fewer tokens than the queries: under the causal mask its first queries see
+// nothing), ragged query counts (packed queries, chunks of 0 to 1000).
+std::vector<ParityCase> prefill_cases() {
+  ParityCase deep;
+  deep.n_q_heads = 2;
+  deep.n_kv_heads = 1;
+  deep.n_q_tokens = 64;
+  deep.kv_len = 131072;
+  std::vector<ParityCase> out =
+      product(deep, {types({{f16, f16}, {q8_0, turbo4}, {q4_0, q4_0}, {turbo3, turbo3}})});
+  deep.n_q_tokens = 16;
+  deep.kv_len = int64_t{1} << 20;
+  append(out, product(deep, {types({{f16, f16}, {q4_0, q4_0}})}));
+  deep.n_q_tokens = 512;
+  deep.kv_len = 16384;
+  append(out, product(deep, {types({{bf16, bf16}, {q8_0, q8_0}})}));
+
+  ParityCase paged;
+  paged.n_seqs = 3;
+  paged.ragged = true;
+  paged.n_q_tokens = 100;
+  paged.kv_len = 3000;
+  append(out, product(paged, {values(&ParityCase::page_size, std::vector<int32_t>{16, 64}),
+                              types({{f16, f16}, {q8_0, q4_0}, {turbo3, turbo3}})}));
+  paged.mask = paged.sinks = paged.alibi = true;
+  paged.window = 500;
+  paged.softcap = 5.0f;
+  paged.page_size = 16;
+  append(out, product(paged, {types({{q8_0, turbo4}})}));
+
+  Axis features = {[](ParityCase& c) { c.mask = true; },  [](ParityCase& c) { c.window = 64; },
+                   [](ParityCase& c) { c.window = 700; }, [](ParityCase& c) { c.softcap = 5.0f; },
+                   [](ParityCase& c) { c.sinks = true; }, [](ParityCase& c) { c.alibi = true; },
+                   [](ParityCase& c) { c.scale = 0.25f; }};
+  ParityCase chunk;
+  chunk.n_q_tokens = 100;
+  chunk.kv_len = 2000;
+  append(out, product(chunk, {features, values(&ParityCase::causal, std::vector<bool>{true, false}),
+                              types({{f16, f16}, {q8_0, turbo4}})}));
+  ParityCase all = chunk;
+  all.n_q_tokens = 257;
+  all.kv_len = 4096;
+  all.mask = all.sinks = all.alibi = true;
+  all.window = 1000;
+  all.softcap = 5.0f;
+  append(out, product(all, {values(&ParityCase::causal, std::vector<bool>{true, false}),
+                            types({{f16, f16}, {q8_0, turbo4}, {turbo2, turbo2}})}));
+
+  ParityCase ragged;
+  ragged.n_seqs = 3;
+  ragged.ragged = true;
+  ragged.n_q_tokens = 128;
+  ragged.kv_len = 8192;
+  append(out, product(ragged, {values(&ParityCase::causal, std::vector<bool>{true, false}),
+                               types({{f16, f16}, {q4_0, turbo4}})}));
+
+  // Ragged query counts deep in the context: chunks of 300 and 1000 queries beside decode tokens
+  // and a free slot, more queries than keys (causal), every feature, paged.
+  const ParityCase deep_ragged = ragged_q_case({}, {0, 1, 7, 300, 33}, {0, 8000, 5000, 8000, 40});
+  const ParityCase wide_ragged = ragged_q_case({}, {1000, 1, 65, 0}, {1000, 2, 6000, 12});
+  const ParityCase short_cache = ragged_q_case({}, {200, 1, 64}, {50, 100, 64});
+  for (const ParityCase& c : {deep_ragged, wide_ragged, short_cache})
+    append(out, product(c, {types({{f16, f16}, {q8_0, turbo4}, {q4_0, q4_0}})}));
+  ParityCase every = deep_ragged;
+  every.mask = every.sinks = every.alibi = true;
+  every.window = 700;
+  every.softcap = 5.0f;
+  append(out, product(every, {values(&ParityCase::causal, std::vector<bool>{true, false}),
+                              types({{q8_0, turbo4}, {turbo3, turbo3}})}));
+  append(out, product(every, {values(&ParityCase::page_size, std::vector<int32_t>{16, 64}),
+                              types({{f16, f16}, {q8_0, q4_0}})}));
+  return out;
+}
+
 std::vector<ParityCase> unique_by_name(const std::vector<ParityCase>& cases) {
   std::set<std::string> seen;
   std::vector<ParityCase> out;
@@ -260,10 +364,11 @@ std::vector<ParityCase> build_case_set(CaseSet set) {
   if (set == CaseSet::test || set == CaseSet::all) {
     for (const auto& gen :
          {type_cases, head_dim_cases, gqa_cases, query_token_cases, kv_length_cases, feature_cases,
-          ragged_cases, layout_cases, million_token_cases})
+          ragged_cases, ragged_q_cases, layout_cases, million_token_cases})
       append(out, gen());
   }
   if (set == CaseSet::long_context || set == CaseSet::all) append(out, long_cases());
+  if (set == CaseSet::prefill || set == CaseSet::all) append(out, prefill_cases());
   return unique_by_name(out);
 }
 

@@ -8,17 +8,28 @@
 
 namespace kvflash::parity {
 
-std::string row_label(const AttentionProblem& p, int64_t row) {
+std::string row_label(const AttentionProblem& p, const int32_t* q_offsets, int64_t row) {
   const int64_t h = row % p.n_q_heads;
-  const int64_t i = row / p.n_q_heads % p.n_q_tokens;
-  const int64_t s = row / p.n_q_heads / p.n_q_tokens;
-  return fmt::format("seq {}, token {}, head {}", s, i, h);
+  const int64_t token = row / p.n_q_heads;
+  // The last sequence whose rows start at or before token (sequences of 0 queries start where
+  // the next one does).
+  int64_t lo = 0, hi = p.n_seqs - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (q_row_base(q_offsets, p.n_q_tokens, mid) <= token)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return fmt::format("seq {}, token {}, head {}", lo,
+                     token - q_row_base(q_offsets, p.n_q_tokens, lo), h);
 }
 
-Comparison compare_output(const AttentionProblem& p, const float* out, const double* ref) {
+Comparison compare_output(const AttentionProblem& p, const int32_t* q_offsets, const float* out,
+                          const double* ref) {
   Comparison c;
   const int64_t dv = p.head_dim.v;
-  const int64_t rows = int64_t{p.n_seqs} * p.n_q_tokens * p.n_q_heads;
+  const int64_t rows = q_total_rows(p, q_offsets) * p.n_q_heads;
   double sum_err2 = 0.0;
   for (int64_t r = 0; r < rows; ++r) {
     double row_err2 = 0.0;
@@ -31,7 +42,8 @@ Comparison compare_output(const AttentionProblem& p, const float* out, const dou
       row_nonzero = row_nonzero || o != 0.0f;
       if (!std::isfinite(o)) {
         if (c.non_finite++ == 0)
-          c.first_non_finite = fmt::format("out[{}, dim {}] = {}", row_label(p, r), d, o);
+          c.first_non_finite =
+              fmt::format("out[{}, dim {}] = {}", row_label(p, q_offsets, r), d, o);
         continue;
       }
       const double err = static_cast<double>(o) - e;
@@ -44,13 +56,14 @@ Comparison compare_output(const AttentionProblem& p, const float* out, const dou
       // The reference is zero only for a query that sees no key and has no sink (problem.hpp):
       // the output must be exactly zero, not merely small.
       ++c.zero_rows;
-      if (row_nonzero && c.zero_rows_not_zero++ == 0) c.first_zero_row_not_zero = row_label(p, r);
+      if (row_nonzero && c.zero_rows_not_zero++ == 0)
+        c.first_zero_row_not_zero = row_label(p, q_offsets, r);
       continue;
     }
     const double row_nmse = row_err2 / row_ref2;
     if (row_nmse > c.worst_row_nmse || c.worst_row.empty()) {
       c.worst_row_nmse = row_nmse;
-      c.worst_row = row_label(p, r);
+      c.worst_row = row_label(p, q_offsets, r);
     }
   }
   if (c.sum_ref2 > 0.0)
@@ -60,10 +73,10 @@ Comparison compare_output(const AttentionProblem& p, const float* out, const dou
   return c;
 }
 
-void compare_lse(const AttentionProblem& p, const float* lse, const float* ref_lse, double tol,
-                 Comparison& c) {
+void compare_lse(const AttentionProblem& p, const int32_t* q_offsets, const float* lse,
+                 const float* ref_lse, double tol, Comparison& c) {
   c.lse_checked = true;
-  const int64_t rows = int64_t{p.n_seqs} * p.n_q_tokens * p.n_q_heads;
+  const int64_t rows = q_total_rows(p, q_offsets) * p.n_q_heads;
   for (int64_t r = 0; r < rows; ++r) {
     const float got = lse[r];
     const float want = ref_lse[r];
@@ -80,7 +93,7 @@ void compare_lse(const AttentionProblem& p, const float* lse, const float* ref_l
         bad = fmt::format("{} where the reference is {} (error {:.3g})", got, want, err);
     }
     if (!bad.empty() && c.lse_bad++ == 0)
-      c.first_lse_bad = fmt::format("lse[{}] = {}", row_label(p, r), bad);
+      c.first_lse_bad = fmt::format("lse[{}] = {}", row_label(p, q_offsets, r), bad);
   }
 }
 

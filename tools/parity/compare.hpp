@@ -43,16 +43,18 @@ struct Comparison {
   double lse_max_err = 0.0;  // over rows where the reference is finite
 };
 
-// out: the kernel's (n_seqs, n_q_tokens, n_q_heads, head_dim.v) floats; ref: the reference's
-// float64 output of the same shape.
-Comparison compare_output(const AttentionProblem& p, const float* out, const double* ref);
+// out: the kernel's (rows, n_q_heads, head_dim.v) floats, rows = q_total_rows(p, q_offsets)
+// (q_offsets: tensors.q_offsets, nullptr unless ragged); ref: the reference's float64 output of
+// the same shape.
+Comparison compare_output(const AttentionProblem& p, const int32_t* q_offsets, const float* out,
+                          const double* ref);
 
-// lse: the kernel's (n_seqs, n_q_tokens, n_q_heads); ref_lse: the reference's. Where the
-// reference is -inf the kernel must be -inf; elsewhere finite and within tol * max(1, |ref|).
-void compare_lse(const AttentionProblem& p, const float* lse, const float* ref_lse, double tol,
-                 Comparison& c);
+// lse: the kernel's (rows, n_q_heads); ref_lse: the reference's. Where the reference is -inf the
+// kernel must be -inf; elsewhere finite and within tol * max(1, |ref|).
+void compare_lse(const AttentionProblem& p, const int32_t* q_offsets, const float* lse,
+                 const float* ref_lse, double tol, Comparison& c);
 
-// "seq s, token i, head h" of a flat row index (s * n_q_tokens + i) * n_q_heads + h.
-std::string row_label(const AttentionProblem& p, int64_t row);
+// "seq s, token i, head h" of a flat row index (q_row_base(s) + i) * n_q_heads + h.
+std::string row_label(const AttentionProblem& p, const int32_t* q_offsets, int64_t row);
 
 }  // namespace kvflash::parity

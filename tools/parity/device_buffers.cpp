@@ -63,6 +63,8 @@ Expected<DeviceInputs> stage_inputs(const CaseInputs& in) {
   if (Status s = upload(in.mask, d.mask); !s) return s.error();
   if (Status s = upload(in.sinks, d.sinks); !s) return s.error();
   if (Status s = upload(in.alibi, d.alibi); !s) return s.error();
+  if (Status s = upload(in.page_table, d.page_table); !s) return s.error();
+  if (Status s = upload(in.q_offsets, d.q_offsets); !s) return s.error();
   Expected<DeviceGuardedBuffer> k = DeviceGuardedBuffer::mirror(in.k_data, nullptr);
   if (!k) return k.error();
   d.k = std::move(*k);
@@ -75,11 +77,13 @@ Expected<DeviceInputs> stage_inputs(const CaseInputs& in) {
   t.q = ptr_or_null<float>(d.q);
   t.k = rebase(host.k, in.k_data, d.k);
   t.v = rebase(host.v, in.v_data, d.v);
+  if (!in.page_table.empty()) t.k.page_table = t.v.page_table = ptr_or_null<int32_t>(d.page_table);
   t.kv_lens = ptr_or_null<int64_t>(d.kv_lens);
   t.mask = ptr_or_null<float>(d.mask);
   t.mask_stride = host.mask_stride;
   t.sinks = ptr_or_null<float>(d.sinks);
   t.alibi_slopes = ptr_or_null<float>(d.alibi);
+  t.q_offsets = ptr_or_null<int32_t>(d.q_offsets);
   return d;
 }
 

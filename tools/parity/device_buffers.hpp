@@ -38,9 +38,10 @@ class DeviceGuardedBuffer {
 // layout, unused rows and strides are the host's), kv_lens, mask, sinks and ALiBi slopes. kv_lens
 // is always a device array, also where the host path passes none (every sequence full): CUDA
 // kernels read the lengths on the device (registry.hpp), so that one captured graph serves every
-// length.
+// length. A paged case's table is a device copy too (K and V point at it), and so are a ragged
+// case's q_offsets (read on the device like kv_lens).
 struct DeviceInputs {
-  gpu::DeviceBuffer q, kv_lens, mask, sinks, alibi;
+  gpu::DeviceBuffer q, kv_lens, mask, sinks, alibi, page_table, q_offsets;
   DeviceGuardedBuffer k, v;
   // The same tensors as CaseInputs::tensors(), with device pointers; out and lse left null.
   AttentionTensors tensors;

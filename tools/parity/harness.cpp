@@ -29,8 +29,9 @@ const float kPoison = std::bit_cast<float>(kPoisonBits);
 // or assumes it zeroed, produces NaN.
 constexpr uint8_t kWorkspaceFill = 0xFF;
 
-int64_t out_rows(const AttentionProblem& p) {
-  return int64_t{p.n_seqs} * p.n_q_tokens * p.n_q_heads;
+// Rows of out and lse: (query row, head) pairs, packed for ragged queries.
+int64_t out_rows(const CaseInputs& in) {
+  return in.q_rows() * in.problem.n_q_heads;
 }
 
 double elapsed_us(std::chrono::steady_clock::time_point t0) {
@@ -74,7 +75,8 @@ struct Reference {
 Reference compute_reference(const ParityCase& c, const CaseInputs& in) {
   Reference ref;
   const AttentionProblem& p = in.problem;
-  const int64_t rows = out_rows(p);
+  const int64_t rows = out_rows(in);
+  const int32_t* off = in.offsets();
   const auto n_out = static_cast<size_t>(rows * p.head_dim.v);
   GuardedBuffer out(n_out * sizeof(float));
   GuardedBuffer lse(static_cast<size_t>(rows) * sizeof(float));
@@ -93,19 +95,20 @@ Reference compute_reference(const ParityCase& c, const CaseInputs& in) {
   const auto bad_out =
       std::find_if(ref.out.begin(), ref.out.end(), [](double x) { return !std::isfinite(x); });
   if (bad_out != ref.out.end())
-    ref.error = fmt::format("reference_attention: out[{}] = {}",
-                            row_label(p, (bad_out - ref.out.begin()) / p.head_dim.v), *bad_out);
+    ref.error =
+        fmt::format("reference_attention: out[{}] = {}",
+                    row_label(p, off, (bad_out - ref.out.begin()) / p.head_dim.v), *bad_out);
   ref.lse.assign(lse.as<float>(), lse.as<float>() + rows);
   for (int64_t r = 0; r < rows && ref.error.empty(); ++r)
     if (const float x = ref.lse[static_cast<size_t>(r)]; std::isnan(x) || x == INFINITY)
-      ref.error = fmt::format("reference_attention: lse[{}] = {}", row_label(p, r), x);
+      ref.error = fmt::format("reference_attention: lse[{}] = {}", row_label(p, off, r), x);
   if (!ref.error.empty()) return ref;
 
   // The float32 baseline: the margin of the error bound, and an independent check of the oracle.
   std::vector<float> base_out(n_out);
   std::vector<float> base_lse(static_cast<size_t>(rows));
   baseline_attention_f32(p, t, in.kv_lens, base_out.data(), base_lse.data());
-  const Comparison bc = compare_output(p, base_out.data(), ref.out.data());
+  const Comparison bc = compare_output(p, off, base_out.data(), ref.out.data());
   ref.baseline_nmse = bc.nmse;
   if (bc.non_finite > 0 || bc.zero_rows_not_zero > 0 || !(bc.nmse <= c.nmse_bound))
     ref.error = fmt::format(
@@ -142,9 +145,9 @@ struct CaseData {
 // Output buffers for one run: out and lse poisoned, workspace filled, all guarded.
 struct RunBuffers {
   GuardedBuffer out, lse, workspace;
-  RunBuffers(const AttentionProblem& p, size_t workspace_bytes)
-      : out(static_cast<size_t>(out_rows(p) * p.head_dim.v) * sizeof(float)),
-        lse(static_cast<size_t>(out_rows(p)) * sizeof(float)),
+  RunBuffers(const CaseInputs& in, size_t workspace_bytes)
+      : out(static_cast<size_t>(out_rows(in) * in.problem.head_dim.v) * sizeof(float)),
+        lse(static_cast<size_t>(out_rows(in)) * sizeof(float)),
         workspace(workspace_bytes) {
     reset();
   }
@@ -197,11 +200,12 @@ void inject_fault(Fault fault, RunBuffers& buf) {
   }
 }
 
-void check_against_reference(const ParityCase& c, const Reference& ref, const RunBuffers& buf,
-                             CaseResult& r, std::vector<std::string>& failures,
-                             std::vector<std::string>& notes) {
-  const AttentionProblem p = to_problem(c);
-  Comparison cmp = compare_output(p, buf.out.as<float>(), ref.out.data());
+void check_against_reference(const ParityCase& c, const CaseInputs& in, const Reference& ref,
+                             const RunBuffers& buf, CaseResult& r,
+                             std::vector<std::string>& failures, std::vector<std::string>& notes) {
+  const AttentionProblem& p = in.problem;
+  const int32_t* off = in.offsets();
+  Comparison cmp = compare_output(p, off, buf.out.as<float>(), ref.out.data());
   r.nmse = cmp.nmse;
   r.baseline_nmse = ref.baseline_nmse;
   r.nmse_bound = c.nmse_bound + kBaselineFactor * ref.baseline_nmse;
@@ -233,7 +237,7 @@ void check_against_reference(const ParityCase& c, const Reference& ref, const Ru
   // An NMSE bound e allows relative errors of about sqrt(e) in the weights, which is an absolute
   // error of sqrt(e) in their log; 1e-4 keeps a floor for very tight bounds.
   const double lse_tol = std::max(1e-4, std::sqrt(c.nmse_bound));
-  compare_lse(p, buf.lse.as<float>(), ref.lse.data(), lse_tol, cmp);
+  compare_lse(p, off, buf.lse.as<float>(), ref.lse.data(), lse_tol, cmp);
   r.lse_max_err = cmp.lse_max_err;
   if (cmp.lse_bad > 0)
     failures.push_back(fmt::format("{} bad lse values, first {}", cmp.lse_bad, cmp.first_lse_bad));
@@ -331,7 +335,7 @@ void run_backend(CaseData& data, const Plan& pl, const RunOptions& opt, CaseResu
     r.message = ref->error;
     return;
   }
-  RunBuffers buf(in.problem, pl.workspace_bytes);
+  RunBuffers buf(in, pl.workspace_bytes);
   Calls calls;
   calls.warmup = opt.mode == Mode::perf ? opt.warmup : 0;
   calls.reps = opt.mode == Mode::perf ? std::max(1, opt.reps) : 1;
@@ -352,7 +356,7 @@ void run_backend(CaseData& data, const Plan& pl, const RunOptions& opt, CaseResu
   if (opt.mode == Mode::test) {
     inject_fault(opt.inject, buf);
     buf.add_guard_failures(failures);
-    check_against_reference(data.c, *ref, buf, r, failures, notes);
+    check_against_reference(data.c, in, *ref, buf, r, failures, notes);
   } else {
     buf.add_guard_failures(failures);
     // No reference in perf mode, but a NaN or inf still fails the case.
@@ -377,10 +381,15 @@ void run_one(CaseData& data, const RunOptions& opt, CaseResult& r) {
     }
     // Unsupported here: a skip when another backend serves the case, a coverage gap otherwise
     // (every backend together must cover the supported space, problem.hpp).
+    // Paged caches are outside that space: only CUDA kernels read them (problem.hpp), so a build
+    // without one skips them, saying why.
     const Expected<const KernelCandidate*> any = select_kernel(p, select_options(opt, {}));
-    r.outcome = any ? Outcome::skip : Outcome::fail;
+    r.outcome = any || p.page_size > 0 ? Outcome::skip : Outcome::fail;
     r.message = any ? fmt::format("unsupported on {} (served by {}): {}", to_string(r.backend),
                                   (*any)->name, backend_reasons(sel.error().message, r.backend))
+                : p.page_size > 0
+                    ? fmt::format("paged caches: no kernel of this build reads them ({})",
+                                  backend_reasons(sel.error().message, r.backend))
                     : "no backend serves this case: " + sel.error().message;
     return;
   }

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <tuple>
+#include <utility>
 
 #include "kvflash/formats.hpp"
 
@@ -21,7 +23,10 @@ constexpr float kMaskSpread = 0.5f;
 constexpr int64_t kMaskRowPadding = 16;
 
 // Independent streams per tensor, so adding a tensor never shifts the others' values.
-enum Stream : uint64_t { kQ = 1, kK, kV, kMask, kSinks };
+enum Stream : uint64_t { kQ = 1, kK, kV, kMask, kSinks, kPages };
+
+// Paged caches: spare pages in the pool (never in the table, kUnusedByte) per used page.
+constexpr int64_t kSparePagesPer = 4;
 
 uint64_t fnv1a(std::string_view s) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -65,12 +70,33 @@ Strides layout_strides(KvLayout layout, KvType t, int32_t dim, const AttentionPr
           static_cast<size_t>(kt.stride_seq * seqs)};
 }
 
+// The layout of one cache tensor (data left null) and the bytes it spans: the case's strides, or
+// with p.page_size > 0 kv_tensor_paged's pages over a pool of pages.size() ... n_pages.
+struct CacheLayout {
+  KvTensor kv;
+  size_t bytes;
+};
+CacheLayout cache_layout(KvLayout layout, KvType t, int32_t dim, const AttentionProblem& p,
+                         const std::vector<int32_t>& pages, int64_t n_pages) {
+  if (p.page_size > 0) {
+    const KvTensor kv =
+        kv_tensor_paged(nullptr, t, dim, p.n_kv_heads, p.page_size, n_pages, pages.data(),
+                        static_cast<int32_t>(pages_per_seq(p.kv_capacity, p.page_size)));
+    return {kv, static_cast<size_t>(n_pages * kv.stride_page)};
+  }
+  const Strides st = layout_strides(layout, t, dim, p);
+  KvTensor kv;
+  kv.stride_token = st.token;
+  kv.stride_head = st.head;
+  kv.stride_seq = st.seq;
+  return {kv, st.bytes};
+}
+
 // Fills one cache: random rows for every (seq, token < kv_len, head), quantized in chunks with
 // quantize_rows and scattered to the layout; everything else keeps kUnusedByte.
-KvTensor make_cache(KvLayout layout, KvType t, int32_t dim, const AttentionProblem& p,
+KvTensor make_cache(const CacheLayout& layout, KvType t, int32_t dim, const AttentionProblem& p,
                     const std::vector<int64_t>& lens, Rng rng, GuardedBuffer& storage) {
-  const Strides st = layout_strides(layout, t, dim, p);
-  storage = GuardedBuffer(st.bytes);
+  storage = GuardedBuffer(layout.bytes);
   storage.fill_bytes(kUnusedByte);
   auto* base = storage.as<std::byte>();
 
@@ -90,16 +116,27 @@ KvTensor make_cache(KvLayout layout, KvType t, int32_t dim, const AttentionProbl
       quantize_rows(t, src.data(), n_rows, dim, packed.data());
       for (int64_t tok = 0; tok < n_tok; ++tok)
         for (int64_t h = 0; h < heads; ++h)
-          std::memcpy(base + s * st.seq + (t0 + tok) * st.token + h * st.head,
+          std::memcpy(base + kv_row_offset(layout.kv, p.page_size, s, t0 + tok, h),
                       packed.data() + static_cast<size_t>(tok * heads + h) * row, row);
     }
   }
-  KvTensor kt;
+  KvTensor kt = layout.kv;
   kt.data = base;
-  kt.stride_token = st.token;
-  kt.stride_head = st.head;
-  kt.stride_seq = st.seq;
   return kt;
+}
+
+// A page table: pages_per_seq entries per sequence, drawn without repetition from a pool with
+// spare pages, in a random order. Returns the table and the pool's page count.
+std::pair<std::vector<int32_t>, int64_t> shuffled_pages(const AttentionProblem& p, Rng rng) {
+  const int64_t used = p.n_seqs * pages_per_seq(p.kv_capacity, p.page_size);
+  const int64_t n_pages = used + used / kSparePagesPer + 1;
+  std::vector<int32_t> pool(static_cast<size_t>(n_pages));
+  for (int64_t i = 0; i < n_pages; ++i) pool[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  for (int64_t i = n_pages - 1; i > 0; --i)  // Fisher-Yates with the platform-independent Rng
+    std::swap(pool[static_cast<size_t>(i)],
+              pool[static_cast<size_t>(rng.next() % static_cast<uint64_t>(i + 1))]);
+  pool.resize(static_cast<size_t>(used));
+  return {std::move(pool), n_pages};
 }
 
 }  // namespace
@@ -123,16 +160,21 @@ CaseInputs make_inputs(const ParityCase& c, uint64_t seed) {
   in.problem = to_problem(c);
   in.seed = seed;
   in.kv_lens = kv_lens(c);
-  in.pass_kv_lens = c.ragged || c.empty_last;
+  in.pass_kv_lens = c.ragged || c.empty_last || !c.q_kv_lens.empty();
+  in.q_offsets = q_offsets(c);
   const AttentionProblem& p = in.problem;
   auto stream = [seed](Stream s) { return Rng(seed + 0x1000193ull * s); };
 
   Rng q_rng = stream(kQ);
-  in.q.resize(static_cast<size_t>(p.n_seqs) * p.n_q_tokens * p.n_q_heads * p.head_dim.k);
+  in.q.resize(static_cast<size_t>(in.q_rows()) * p.n_q_heads * p.head_dim.k);
   for (float& x : in.q) x = q_rng.gaussish();
 
-  in.k = make_cache(c.layout, p.k_type, p.head_dim.k, p, in.kv_lens, stream(kK), in.k_data);
-  in.v = make_cache(c.layout, p.v_type, p.head_dim.v, p, in.kv_lens, stream(kV), in.v_data);
+  int64_t n_pages = 0;
+  if (p.page_size > 0) std::tie(in.page_table, n_pages) = shuffled_pages(p, stream(kPages));
+  in.k = make_cache(cache_layout(c.layout, p.k_type, p.head_dim.k, p, in.page_table, n_pages),
+                    p.k_type, p.head_dim.k, p, in.kv_lens, stream(kK), in.k_data);
+  in.v = make_cache(cache_layout(c.layout, p.v_type, p.head_dim.v, p, in.page_table, n_pages),
+                    p.v_type, p.head_dim.v, p, in.kv_lens, stream(kV), in.v_data);
 
   if (c.mask) {
     Rng rng = stream(kMask);
@@ -176,6 +218,7 @@ AttentionTensors CaseInputs::tensors() const {
   t.mask_stride = mask_stride;
   t.sinks = sinks.empty() ? nullptr : sinks.data();
   t.alibi_slopes = alibi.empty() ? nullptr : alibi.data();
+  t.q_offsets = offsets();
   return t;
 }
 

@@ -41,19 +41,25 @@ struct CaseInputs {
   AttentionProblem problem;
   uint64_t seed = 0;
   std::vector<int64_t> kv_lens;
-  bool pass_kv_lens = false;  // false: tensors().kv_lens is nullptr (every sequence is full)
-  std::vector<float> q;       // (n_seqs, n_q_tokens, n_q_heads, head_dim.k)
+  bool pass_kv_lens = false;       // false: tensors().kv_lens is nullptr (every sequence is full)
+  std::vector<int32_t> q_offsets;  // ragged queries: tensors().q_offsets (else empty, nullptr)
+  std::vector<float> q;  // (total rows, n_q_heads, head_dim.k): q_total_rows (problem.hpp)
   GuardedBuffer k_data;
   GuardedBuffer v_data;
   KvTensor k;
   KvTensor v;
-  std::vector<float> mask;  // (n_seqs, n_q_tokens, mask_stride)
+  std::vector<int32_t> page_table;  // paged cases: K's and V's table (k.page_table points here)
+  std::vector<float> mask;          // (n_seqs, n_q_tokens, mask_stride)
   int64_t mask_stride = 0;
   std::vector<float> sinks;  // (n_q_heads)
   std::vector<float> alibi;  // (n_q_heads)
 
   // The input tensors; out and lse are left null for the caller.
   AttentionTensors tensors() const;
+  // tensors().q_offsets: the offsets, or nullptr without ragged queries.
+  const int32_t* offsets() const { return q_offsets.empty() ? nullptr : q_offsets.data(); }
+  // Packed query rows (tokens) of q, out and lse.
+  int64_t q_rows() const { return q_total_rows(problem, offsets()); }
 };
 
 CaseInputs make_inputs(const ParityCase& c, uint64_t seed);

@@ -119,8 +119,9 @@ int main(int argc, char** argv) {
                  "regex searched in the case name; repeat to narrow (a case must match all)");
   app.add_flag("--list", list, "print the selected case names and exit");
   app.add_option("-s,--set,--list-set", set_name,
-                 "case set: test (fast), long (256K-4M tokens), all")
-      ->check(CLI::IsMember({"test", "long", "all"}))
+                 "case set: test (fast), long (256K-4M tokens), prefill (chunked prefill to 1M "
+                 "tokens, paged, for CUDA), all")
+      ->check(CLI::IsMember({"test", "long", "prefill", "all"}))
       ->capture_default_str();
   app.add_option("--csv", csv_path, "write one row per case and backend to this file");
   app.add_option("--seed", opt.seed, "run seed; each case's inputs derive from it and its name")
@@ -152,9 +153,10 @@ int main(int argc, char** argv) {
                          std::begin(kFaultNames));
 
   opt.mode = mode_name == "perf" ? Mode::perf : mode_name == "support" ? Mode::support : Mode::test;
-  const CaseSet set = set_name == "long"  ? CaseSet::long_context
-                      : set_name == "all" ? CaseSet::all
-                                          : CaseSet::test;
+  const CaseSet set = set_name == "long"      ? CaseSet::long_context
+                      : set_name == "prefill" ? CaseSet::prefill
+                      : set_name == "all"     ? CaseSet::all
+                                              : CaseSet::test;
 
   std::unique_ptr<NameFilter> filter;
   try {

@@ -9,6 +9,7 @@
 
 #include "kvflash/reference.hpp"
 #include "kvflash/registry.hpp"
+#include "quality/backend_run.hpp"
 #include "quality/buffer.hpp"
 #include "quality/metrics.hpp"
 #include "quality/suite.hpp"
@@ -203,11 +204,8 @@ Expected<std::vector<AttentionRow>> run_attention_suite(const SuiteConfig& c,
           t.k = kv_tensor_contiguous(kb.data(), pair.k, dims.k, p.n_kv_heads, depth);
           t.v = kv_tensor_contiguous(vb.data(), pair.v, dims.v, p.n_kv_heads, depth);
           t.out = out.data();
-          PlanOptions opt;
-          opt.n_threads = c.n_threads;
-          opt.select.backend = Backend::cpu;
-          if (Status s = attention(p, t, opt); !s)
-            return Error{s.error().code, fmt::format("{}: {}", describe(p), s.message())};
+          Expected<std::string> kernel = run_library(c.backend, p, t, c.n_threads);
+          if (!kernel) return kernel.error();
           if (!kl.contains(pair.k)) kl.emplace(pair.k, kl_summary(*in, pair.k, kb));
           const std::vector<double> outd(out.begin(), out.end());
           Summary cs;
@@ -221,7 +219,7 @@ Expected<std::vector<AttentionRow>> run_attention_suite(const SuiteConfig& c,
               static_cast<double>(dims.k + dims.v);
           const Summary& ks = kl.at(pair.k);
           rows.push_back({pair, heads.first, heads.second, dims, depth, bits, nmse(in->ref, outd),
-                          cs.mean(), cs.min, ks.mean(), ks.max});
+                          cs.mean(), cs.min, ks.mean(), ks.max, *kernel});
           if (progress)
             progress->step(fmt::format("attention {}/{} depth {}", to_string(pair.k),
                                        to_string(pair.v), depth));

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "kvflash/registry.hpp"
+#include "quality/backend_run.hpp"
 #include "quality/buffer.hpp"
 #include "quality/metrics.hpp"
 #include "quality/suite.hpp"
@@ -148,8 +149,8 @@ void values_pass(const SyntheticKv& gen, int64_t n_rows, std::vector<Needle*> ne
 
 // One trial: swap the needle's rows into the quantized caches, run the library, swap the
 // haystack's rows back, and fold the outcome into `row`.
-Status run_trial(const AttentionProblem& base, KvPair pair, const Needle& n, uint8_t* kq,
-                 uint8_t* vq, int32_t n_threads, NeedleRow& row) {
+Status run_trial(const SuiteConfig& c, const AttentionProblem& base, KvPair pair, const Needle& n,
+                 uint8_t* kq, uint8_t* vq, NeedleRow& row) {
   const HeadDims dims = base.head_dim;
   const size_t kb = row_size(pair.k, dims.k), vb = row_size(pair.v, dims.v);
   std::vector<uint8_t> k_save(kb), v_save(vb);
@@ -163,18 +164,20 @@ Status run_trial(const AttentionProblem& base, KvPair pair, const Needle& n, uin
   p.k_type = pair.k;
   p.v_type = pair.v;
   p.kv_capacity = n.depth;
-  std::vector<float> out(static_cast<size_t>(dims.v));
-  float lse = 0;
+  p.n_q_tokens = c.needle_queries;
+  // The needle's query at every position of the call; only the last (the whole haystack in view)
+  // is scored.
+  const auto n_q = static_cast<size_t>(c.needle_queries);
+  std::vector<float> q;
+  for (size_t i = 0; i < n_q; ++i) q.insert(q.end(), n.q.begin(), n.q.end());
+  std::vector<float> out(n_q * static_cast<size_t>(dims.v)), lse(n_q);
   AttentionTensors t;
-  t.q = n.q.data();
+  t.q = q.data();
   t.k = kv_tensor_contiguous(kq, pair.k, dims.k, 1, n.depth);
   t.v = kv_tensor_contiguous(vq, pair.v, dims.v, 1, n.depth);
   t.out = out.data();
-  t.lse = &lse;
-  PlanOptions opt;
-  opt.n_threads = n_threads;
-  opt.select.backend = Backend::cpu;
-  const Status s = attention(p, t, opt);
+  t.lse = lse.data();
+  const Expected<std::string> kernel = run_library(c.backend, p, t, c.n_threads);
   // The needle's logit as the quantized cache holds it, in double.
   std::vector<float> kd(static_cast<size_t>(dims.k));
   dequantize_row(pair.k, krow, dims.k, kd.data());
@@ -182,9 +185,9 @@ Status run_trial(const AttentionProblem& base, KvPair pair, const Needle& n, uin
   const double s_needle = p.effective_scale() * dot(qd, kd.data());
   std::memcpy(krow, k_save.data(), kb);
   std::memcpy(vrow, v_save.data(), vb);
-  if (!s) return Error{s.error().code, fmt::format("{}: {}", describe(p), s.message())};
-  const std::vector<double> od(out.begin(), out.end()), vd(n.v.begin(), n.v.end());
-  const double cs = cosine(od, vd), w = std::exp(s_needle - double{lse});
+  if (!kernel) return kernel.error();
+  const std::vector<double> od(out.end() - dims.v, out.end()), vd(n.v.begin(), n.v.end());
+  const double cs = cosine(od, vd), w = std::exp(s_needle - double{lse.back()});
   row.trials += 1;
   row.passed += cs >= kNeedlePassCosine ? 1 : 0;
   row.weight_mean += w;  // divided by the trial count by the caller
@@ -192,6 +195,7 @@ Status run_trial(const AttentionProblem& base, KvPair pair, const Needle& n, uin
   row.weight_ref += n.weight_ref;
   row.cos_min = std::min(row.cos_min, cs);
   row.cos_ref = std::min(row.cos_ref, n.cos_ref);
+  row.kernel = *kernel;
   return {};
 }
 
@@ -263,10 +267,10 @@ Expected<std::vector<NeedleRow>> run_needle_suite(const SuiteConfig& c, tools::P
       for (size_t i = first; i < c.pairs.size(); ++i) {
         if (c.pairs[i].k != kt) continue;
         for (const std::vector<Needle>& trials : needles) {
-          NeedleRow row{c.pairs[i], dims, trials.front().depth, 0, 0, 0, 1, 0, 1, 1};
+          NeedleRow row{c.pairs[i], dims, trials.front().depth, 0, 0, 0, 1, 0, 1, 1, {}};
           for (const Needle& n : trials)
-            if (Status s = run_trial(p, c.pairs[i], n, kq.data(), vq.at(c.pairs[i].v).data(),
-                                     c.n_threads, row);
+            if (Status s =
+                    run_trial(c, p, c.pairs[i], n, kq.data(), vq.at(c.pairs[i].v).data(), row);
                 !s)
               return s.error();
           row.weight_mean /= row.trials;

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "common/cli_parse.hpp"
+#include "quality/backend_run.hpp"
 
 namespace kvflash::quality {
 namespace {
@@ -19,7 +20,8 @@ namespace {
 struct RawArgs {
   std::string ctk, ctv, depths = "1024,8192,32768", heads = "8/2", head_dim = "128";
   std::string needle_depths = "1K,4K,16K,64K,256K,1M", output = "md", suite = "all";
-  int32_t n_seqs = 4, n_q_tokens = 1, threads = 0, needle_trials = 4;
+  std::string backend = "cpu";
+  int32_t n_seqs = 4, n_q_tokens = 1, threads = 0, needle_trials = 4, needle_queries = 1;
   std::string seed = std::to_string(kDefaultSeed);
   double needle_weight = kDefaultNeedleWeight;
   bool fast = false, quiet = false;
@@ -46,7 +48,13 @@ void add_flags(CLI::App& app, RawArgs& a) {
                  "sequences of the attention test, each with its own K/V "
                  "(1..64; more query rows, steadier metrics)")
       ->capture_default_str();
-  app.add_option("-n,--n-queries", a.n_q_tokens, "query tokens per sequence (1..256; causal)")
+  app.add_option("--backend", a.backend,
+                 "where the library's attention runs: cpu, or cuda (device copies of the same "
+                 "inputs; 9 or more queries go to cuda.prefill)")
+      ->capture_default_str();
+  app.add_option("-n,--n-queries", a.n_q_tokens,
+                 fmt::format("query tokens per sequence (1..{}, --backend cuda 1..{}; causal)",
+                             kMaxQueriesCpu, kMaxQueriesCuda))
       ->capture_default_str();
   app.add_option("--heads", a.heads, "query heads / KV heads, e.g. 8/2 or 32/8,8/1")
       ->capture_default_str();
@@ -60,6 +68,10 @@ void add_flags(CLI::App& app, RawArgs& a) {
       ->capture_default_str();
   app.add_option("--needle-trials", a.needle_trials,
                  "needles per depth, at random positions (1..64)")
+      ->capture_default_str();
+  app.add_option("--needle-queries", a.needle_queries,
+                 "query tokens of each needle call: the needle's query at the last position, "
+                 "scored, and copies before it (as -n; 9 or more: a prefill kernel)")
       ->capture_default_str();
   app.add_option("--suite", a.suite, "which tests: all, attention or needle")
       ->capture_default_str();
@@ -127,8 +139,24 @@ Expected<QualityOptions> check(const RawArgs& a, const CLI::App& app) {
   auto dims = tools::parse_head_dims("--head-dim", a.head_dim);
   if (!dims) return dims.error();
   c.head_dims = *dims;
-  if (a.n_q_tokens < 1 || a.n_q_tokens > 256)
-    return flag_error("-n", std::to_string(a.n_q_tokens), "expected 1..256 query tokens");
+  if (a.backend == "cuda")
+    c.backend = Backend::cuda;
+  else if (a.backend != "cpu")
+    return flag_error("--backend", a.backend, "expected cpu or cuda");
+  const int32_t max_q = max_queries(c.backend);
+  const std::string q_range =
+      fmt::format("expected 1..{} query tokens (--backend {})", max_q, a.backend);
+  if (a.n_q_tokens < 1 || a.n_q_tokens > max_q)
+    return flag_error("-n", std::to_string(a.n_q_tokens), q_range);
+  if (a.needle_queries < 1 || a.needle_queries > max_q)
+    return flag_error("--needle-queries", std::to_string(a.needle_queries), q_range);
+  for (int64_t d : c.needle_depths)
+    if (d < a.needle_queries)
+      return flag_error("--needle-depths", std::to_string(d),
+                        fmt::format("each needle depth must hold the --needle-queries {} query "
+                                    "tokens",
+                                    a.needle_queries));
+  c.needle_queries = a.needle_queries;
   for (int64_t d : c.depths)
     if (d < a.n_q_tokens)
       return flag_error("-d", std::to_string(d),
@@ -203,6 +231,11 @@ int run_quality(int argc, char** argv, std::ostream& out, std::ostream& err) {
     return 2;
   }
   const SuiteConfig& c = o->suite;
+  // Before generating anything: a missing device would otherwise show only after the inputs.
+  if (Status s = backend_available(c.backend); !s) {
+    err << "kvflash-quality: " << s.message() << "\n";
+    return 1;
+  }
   tools::Progress progress(
       (o->run_attention ? attention_items(c) : 0) + (o->run_needle ? needle_items(c) : 0),
       o->progress);

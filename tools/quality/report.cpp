@@ -38,12 +38,13 @@ Table attention_table(const std::vector<AttentionRow>& rows, bool human) {
            {"cos_mean", 6, true},
            {"cos_min", 6, true},
            {"kl_mean", 2, true},
-           {"kl_max", 2, true}});
+           {"kl_max", 2, true},
+           {"kernel", 0, false}});
   for (const AttentionRow& r : rows) {
     const auto num = [&](double x) -> Cell { return human ? Cell{sci(x)} : Cell{x}; };
     t.add_row({std::string(to_string(r.pair.k)), std::string(to_string(r.pair.v)),
                fmt::format("{}/{}", r.q_heads, r.kv_heads), dims_text(r.dims), r.depth, r.bits,
-               num(r.nmse), r.cos_mean, r.cos_min, num(r.kl_mean), num(r.kl_max)});
+               num(r.nmse), r.cos_mean, r.cos_min, num(r.kl_mean), num(r.kl_max), r.kernel});
   }
   return t;
 }
@@ -59,11 +60,13 @@ Table needle_table(const std::vector<NeedleRow>& rows) {
            {"cos_min", 3, true},
            {"cos_f64", 3, true},
            {"passed", 0, true},
-           {"result", 0, false}});
+           {"result", 0, false},
+           {"kernel", 0, false}});
   for (const NeedleRow& r : rows)
     t.add_row({std::string(to_string(r.pair.k)), std::string(to_string(r.pair.v)),
                dims_text(r.dims), r.depth, r.weight_mean, r.weight_min, r.weight_ref, r.cos_min,
-               r.cos_ref, fmt::format("{}/{}", r.passed, r.trials), result_text(r.pass())});
+               r.cos_ref, fmt::format("{}/{}", r.passed, r.trials), result_text(r.pass()),
+               r.kernel});
   return t;
 }
 
@@ -92,6 +95,7 @@ std::string flat_csv(const QualityOptions& o, const std::vector<AttentionRow>& a
                         "needle_trials",
                         "needle_passed",
                         "result",
+                        "kernel",
                         "seed"})
     cols.push_back({n});
   Table t(std::move(cols));
@@ -118,6 +122,7 @@ std::string flat_csv(const QualityOptions& o, const std::vector<AttentionRow>& a
                e,
                e,
                e,
+               r.kernel,
                seed});
   for (const NeedleRow& r : needle)
     t.add_row({std::string("needle"),
@@ -140,6 +145,7 @@ std::string flat_csv(const QualityOptions& o, const std::vector<AttentionRow>& a
                int64_t{r.trials},
                int64_t{r.passed},
                result_text(r.pass()),
+               r.kernel,
                seed});
   return t.csv();
 }
@@ -171,10 +177,10 @@ std::string markdown(const QualityOptions& o, const std::vector<AttentionRow>& a
   s += fmt::format(
       "Synthetic KV: keys with {} of {} channels as outliers ({:.0f}-{:.0f}x the scale) and RoPE "
       "(base {:.0f}), Gaussian values, each query a mix of {} keys plus noise. Every number "
-      "compares the library's CPU attention on the quantized K/V with float64 attention on the "
+      "compares the library's {} attention on the quantized K/V with float64 attention on the "
       "original f32 K/V.\n",
       outlier_count(dk), dk, SyntheticKv::kOutlierMin, SyntheticKv::kOutlierMax,
-      SyntheticKv::kRopeBase, kQueryTargets);
+      SyntheticKv::kRopeBase, kQueryTargets, c.backend == Backend::cuda ? "CUDA" : "CPU");
   if (o.run_attention) {
     s += fmt::format(
         "\n## Attention (heads {}, head dim {}, depths {}, {} sequence{} x {} query token{})\n\n"
@@ -189,13 +195,17 @@ std::string markdown(const QualityOptions& o, const std::vector<AttentionRow>& a
     int passed = 0;
     for (const NeedleRow& r : needle) passed += r.pass() ? 1 : 0;
     s += fmt::format(
-        "\n## Needle retrieval (1 KV head, {} needles per depth)\n\nEach query is scaled so "
+        "\n## Needle retrieval (1 KV head, {} needles per depth{})\n\nEach query is scaled so "
         "that float64 attention on the original K/V gives its needle {} of the weight; the "
         "question is how much of it each format keeps. weight: attention weight on the needle "
         "(mean, min); cos_min: the lowest cos(output, needle value); a needle passes when cos >= "
         "{} (the needle's value carries >= 81% of the output's energy), a depth when all its "
         "needles pass. *_f64: float64 on the original K/V. {} of {} rows pass.\n\n",
-        c.needle_trials, c.needle_weight, kNeedlePassCosine, passed, needle.size());
+        c.needle_trials,
+        c.needle_queries == 1
+            ? std::string()
+            : fmt::format(", each call {} queries, the last one scored", c.needle_queries),
+        c.needle_weight, kNeedlePassCosine, passed, needle.size());
     s += needle_table(needle).markdown();
   }
   return s;
@@ -220,6 +230,8 @@ std::string render_report(const QualityOptions& o, const std::vector<AttentionRo
                      {"depths", c.depths},
                      {"n_seqs", c.n_seqs},
                      {"n_q_tokens", c.n_q_tokens},
+                     {"backend", to_string(c.backend)},
+                     {"needle_queries", c.needle_queries},
                      {"needle_depths", c.needle_depths},
                      {"needle_weight_f64", c.needle_weight},
                      {"needle_pass_cosine", kNeedlePassCosine}};

@@ -19,6 +19,7 @@
 
 #include "common/progress.hpp"
 #include "kvflash/problem.hpp"
+#include "kvflash/registry.hpp"
 #include "kvflash/status.hpp"
 
 namespace kvflash::quality {
@@ -61,10 +62,17 @@ struct SuiteConfig {
   std::vector<int64_t> depths = {1024, 8192, 32768};
   int32_t n_seqs = 4;  // sequences, each its own K/V: more query rows, steadier metrics
   int32_t n_q_tokens = 1;
+  // Where the library's attention runs (backend_run.hpp); the float64 reference, the KL of the
+  // keys and the needles' float64 outcomes are host computations either way.
+  Backend backend = Backend::cpu;
   std::vector<int64_t> needle_depths;
   double needle_weight = kDefaultNeedleWeight;
   int32_t needle_trials = 4;  // needles per depth, each at its own random position
-  int32_t n_threads = 0;      // 0: all hardware threads
+  // Query tokens of each needle call: the needle's query at the last position (which sees the whole
+  // haystack, and alone is scored) and copies of it at the positions before, so that 9 or more
+  // put the needle through the backend's prefill kernel (causal: earlier copies see less).
+  int32_t needle_queries = 1;
+  int32_t n_threads = 0;  // 0: all hardware threads
 };
 
 struct AttentionRow {
@@ -74,6 +82,7 @@ struct AttentionRow {
   int64_t depth;
   double bits;  // K and V bits per value, padding included
   double nmse, cos_mean, cos_min, kl_mean, kl_max;
+  std::string kernel;  // what the registry chose for the library's run
 };
 
 struct NeedleRow {
@@ -83,9 +92,10 @@ struct NeedleRow {
   int32_t trials, passed;  // needles tried at this depth (random positions), and how many passed
   double weight_mean;      // attention weight on the needle, quantized run: exp(s_needle - lse)
   double weight_min;
-  double weight_ref;  // mean weight from the original K in float64 (the ideal)
-  double cos_min;     // min over trials of cos(out, v_needle), quantized run
-  double cos_ref;     // the same for float64 attention on the original K/V
+  double weight_ref;   // mean weight from the original K in float64 (the ideal)
+  double cos_min;      // min over trials of cos(out, v_needle), quantized run
+  double cos_ref;      // the same for float64 attention on the original K/V
+  std::string kernel;  // what the registry chose for the library's runs
   bool pass() const { return passed == trials; }
 };
 

@@ -11,9 +11,12 @@
 // attend_vnni.inl); other calls (more rows, prefill tiles) dequantize K and V into small tiles
 // first (this file).
 // Internal functions pass 64-byte vectors by value; their ABI never crosses this file. GCC 12
-// also reports the deliberately undefined upper parts inside its own AVX-512 intrinsics.
+// also reports the deliberately undefined upper parts inside its own AVX-512 intrinsics. Clang
+// reports neither (and knows no -Wmaybe-uninitialized).
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wpsabi"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -511,6 +514,87 @@ struct Context {
   }
 };
 
+// P * V for keys [a, b) of the chunk at c0, every row: the fused path reads the V rows itself,
+// the tile path reads the dequantized tile (row j at vtile + j * dv).
+void pv_keys(const AttendParams& p, const Context& ctx, const float* probs, const float* vtile,
+             int64_t c0, int32_t a, int32_t b) {
+  const int32_t dv = p.dv;
+  if (ctx.pv) {
+    ctx.pv(probs + a, p.v + (c0 + a) * p.v_stride, p.v_stride, b - a, dv, ctx.cv.c, p.o);
+    return;
+  }
+  const float* vt = vtile + static_cast<int64_t>(a) * dv;
+  int32_t r = 0;
+  for (; r + 4 <= p.n_rows; r += 4)
+    pv_all<4>(probs + r * kKeyChunk + a, b - a, vt, dv, p.o + static_cast<int64_t>(r) * dv);
+  for (; r + 2 <= p.n_rows; r += 2)
+    pv_all<2>(probs + r * kKeyChunk + a, b - a, vt, dv, p.o + static_cast<int64_t>(r) * dv);
+  for (; r < p.n_rows; ++r)
+    pv_all<1>(probs + r * kKeyChunk + a, b - a, vt, dv, p.o + static_cast<int64_t>(r) * dv);
+}
+
+// Whether a V row holds only finite values (so that 0 * it adds nothing): any all-ones exponent
+// (NaN or inf) fails it. Integer bits, so that it vectorizes without reassociating floats.
+inline bool finite_row(const float* v, int32_t dv) {
+  uint32_t bad = 0;
+  for (int32_t d = 0; d < dv; ++d) {
+    uint32_t bits;
+    std::memcpy(&bits, v + d, sizeof bits);
+    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad == 0;
+}
+
+// o[r] += probs[r][j] * V[j] for the chunk's n keys, where a key some row does not see (weight
+// 0: hidden by causal, window or a -inf mask, or below exp_neg's range) never enters that row as
+// 0 * V when that could change it: a NaN or inf in a hidden key's V row would make the row NaN.
+// Keys of weight 0 in every row are skipped; the others go through the fast path in runs, a key
+// of weight 0 in some rows included when its V row is finite (0 * V adds exactly nothing then:
+// the diagonal of a causal prefill stays on the fast path); only a non-finite V row of such a key
+// is added row by row to the rows that weigh it.
+void pv_chunk(const AttendParams& p, const Context& ctx, const float* probs, float* vtile,
+              int64_t c0, int32_t n) {
+  int32_t zeros[kKeyChunk] = {};  // rows that give key j weight 0
+  for (int32_t r = 0; r < p.n_rows; ++r)
+    for (int32_t j = 0; j < kKeyChunk; ++j) zeros[j] += probs[r * kKeyChunk + j] == 0.0f;
+  int32_t any = 0;
+  for (int32_t j = 0; j < n; ++j) any |= zeros[j];
+  if (any == 0) return pv_keys(p, ctx, probs, vtile, c0, 0, n);
+  const int32_t dv = p.dv;
+  // Key j's V row: in the tile, or dequantized into vtile (the fused path reads its V rows per
+  // key and has no tile, so vtile is free there).
+  const auto v_row = [&](int32_t j) -> const float* {
+    if (!ctx.pv) return vtile + static_cast<int64_t>(j) * dv;
+    ctx.deq_v(p.v + (c0 + j) * p.v_stride, p.v_stride, 1, dv, vtile, dv, kLanes, ctx.cv.c,
+              Prefetch{});
+    return vtile;
+  };
+  const auto fast = [&](int32_t j) {
+    return zeros[j] == 0 || (zeros[j] < p.n_rows && finite_row(v_row(j), dv));
+  };
+  for (int32_t j = 0; j < n;) {
+    if (zeros[j] == p.n_rows) {
+      ++j;
+      continue;
+    }
+    int32_t e = j;
+    while (e < n && fast(e)) ++e;
+    if (e > j) {
+      pv_keys(p, ctx, probs, vtile, c0, j, e);
+      j = e;
+      continue;
+    }
+    const float* vr = v_row(j);
+    for (int32_t r = 0; r < p.n_rows; ++r) {
+      const float w = probs[r * kKeyChunk + j];
+      if (w == 0.0f) continue;
+      float* o = p.o + static_cast<int64_t>(r) * dv;
+      for (int32_t d = 0; d < dv; d += kLanes) store(o + d, load(o + d) + splat(w) * load(vr + d));
+    }
+    ++j;
+  }
+}
+
 // One KV head, keys [p.kv_begin, p.kv_end).
 // q16 / q16_scale: this head's query rows in int16 and their scales (VNNI turbo scores only).
 void attend_head(const AttendParams& p, const Context& ctx, [[maybe_unused]] const int16_t* q16,
@@ -598,7 +682,9 @@ void attend_head(const AttendParams& p, const Context& ctx, [[maybe_unused]] con
       }
       if (p.mask) {
         const float* mrow = p.mask + i * p.mask_stride + c0;
-        for (int32_t j = 0; j < n; ++j) sv[j] += mrow[j];
+        // -inf hides the key whatever its K row holds (NaN + -inf is NaN and would poison the
+        // maximum).
+        for (int32_t j = 0; j < n; ++j) sv[j] = mrow[j] == kNegInf ? kNegInf : sv[j] + mrow[j];
       }
       // Hide keys outside [vis_lo, vis_hi] (causal, window, past the range).
       const int32_t jlo = static_cast<int32_t>(vis_lo - c0);
@@ -609,7 +695,7 @@ void attend_head(const AttendParams& p, const Context& ctx, [[maybe_unused]] con
         if (!whole) {
           v16i pos;
           for (int k = 0; k < kLanes; ++k) pos[k] = c * kLanes + k;
-          s[c] = (pos < jlo) | (pos > jhi) ? splat(kNegInf) : s[c];
+          s[c] = ((pos < jlo) | (pos > jhi)) ? splat(kNegInf) : s[c];
         }
         mx = mx > s[c] ? mx : s[c];
       }
@@ -640,27 +726,15 @@ void attend_head(const AttendParams& p, const Context& ctx, [[maybe_unused]] con
     if (!any_visible) continue;
 
 #if defined(__AVX512VNNI__)
-    if (ctx.pv_vnni) {
+    if (ctx.pv_vnni) {  // weights of 0 stay 0 in int16 there (see pv_turbo_vnni)
       ctx.pv_vnni(probs, p.v + c0 * p.v_stride, p.v_stride, n, dv, ctx.tv, p.o,
                   reinterpret_cast<int16_t*>(vtile));
       continue;
     }
 #endif
-    if (ctx.pv) {
-      ctx.pv(probs, p.v + c0 * p.v_stride, p.v_stride, n, dv, tab_v, p.o);
-      continue;
-    }
-    deq_v(p.v + c0 * p.v_stride, p.v_stride, n, dv, vtile, dv, kLanes, tab_v, Prefetch{});
-    // o[r] += sum_j probs[r][j] * V[j], rows in groups of 4 (then 2, 1) sharing each V vector.
-    {
-      int32_t r = 0;
-      for (; r + 4 <= p.n_rows; r += 4)
-        pv_all<4>(probs + r * kKeyChunk, n, vtile, dv, p.o + static_cast<int64_t>(r) * dv);
-      for (; r + 2 <= p.n_rows; r += 2)
-        pv_all<2>(probs + r * kKeyChunk, n, vtile, dv, p.o + static_cast<int64_t>(r) * dv);
-      for (; r < p.n_rows; ++r)
-        pv_all<1>(probs + r * kKeyChunk, n, vtile, dv, p.o + static_cast<int64_t>(r) * dv);
-    }
+    if (!ctx.pv)
+      deq_v(p.v + c0 * p.v_stride, p.v_stride, n, dv, vtile, dv, kLanes, tab_v, Prefetch{});
+    pv_chunk(p, ctx, probs, vtile, c0, n);
   }
 }
 

@@ -192,7 +192,10 @@ void pv_turbo_vnni(const float* w, const uint8_t* v, int64_t stride, int32_t n, 
     for (int r = 0; r < R; ++r) {
       v16 x[kChunkVecs], mx = {};
       for (int c = 0; c < kChunkVecs; ++c) {
-        x[c] = load(w + r * kKeyChunk + c * kLanes) * nv[c];
+        // A key of weight 0 stays 0 whatever its norm (a hidden key's NaN or inf norm would
+        // make 0 * norm = NaN).
+        const v16 wc = load(w + r * kKeyChunk + c * kLanes);
+        x[c] = wc == 0.0f ? splat(0.0f) : wc * nv[c];
         mx = mx > x[c] ? mx : x[c];
       }
       const float m = hmax(mx);

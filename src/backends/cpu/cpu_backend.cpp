@@ -4,15 +4,19 @@
 #include "backends/cpu/cpu_backend.hpp"
 
 #include <fmt/format.h>
+#if defined(KVFLASH_CPU_AVX512)
+#include <cpuid.h>
+#endif
 
 #include <algorithm>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <type_traits>
 
 #include "backends/cpu/attend_kernel.hpp"
 #include "backends/cpu/cpu_schedule.hpp"
-#include "backends/cpu/thread_pool.hpp"
+#include "kvflash/parallel.hpp"
 #include "kvflash/reference.hpp"
 #include "kvflash/state.hpp"
 
@@ -74,14 +78,28 @@ const uint8_t* kv_at(const KvTensor& kv, int64_t seq, int64_t head) {
 
 using KernelFn = void (*)(const AttendParams&);
 
+// Runs f(task, thread) for task in [0, n_tasks) on the plan's parallel-for (the process-wide pool
+// when the caller gave none), thread < plan.n_threads.
+template <class F>
+void parallel_for(const Plan& plan, int64_t n_tasks, F&& f) {
+  using Fn = std::remove_reference_t<F>;
+  const ParallelTask task = [](void* ctx, int64_t i, int32_t thread) {
+    (*static_cast<Fn*>(ctx))(i, thread);
+  };
+  void* ctx = &f;
+  if (plan.parallel_for)
+    plan.parallel_for.run(plan.parallel_for.user, n_tasks, plan.n_threads, task, ctx);
+  else
+    ThreadPool::process().parallel_for(n_tasks, plan.n_threads, task, ctx, plan.spin_us);
+}
+
 Status run_cpu(const Plan& plan, const AttentionTensors& t, void* workspace, KernelFn kernel) {
   const AttentionProblem& p = plan.problem;  // the tensors passed validate(plan, t) in run()
-  for (int64_t s = 0; t.kv_lens && s < p.n_seqs; ++s)
-    if (t.kv_lens[s] < 0 || t.kv_lens[s] > p.kv_capacity)
-      return invalid_argument(fmt::format("kv_lens[{}] = {} is outside 0 .. kv_capacity = {}", s,
-                                          t.kv_lens[s], p.kv_capacity));
+  if (Status s = validate_kv_lens(p, t.kv_lens); !s) return s;
+  if (Status s = validate_q_offsets(p, t.q_offsets); !s) return s;
   if (workspace == nullptr && plan.workspace_bytes > 0)
-    return invalid_argument("workspace is null but the plan needs workspace_bytes > 0");
+    return invalid_argument(
+        "workspace=NULL is missing (allowed: a buffer of the plan's workspace_bytes > 0)");
 
   const Layout L = make_layout(p, plan.n_threads);
   auto* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(workspace) + kAlign - 1) /
@@ -99,12 +117,18 @@ Status run_cpu(const Plan& plan, const AttentionTensors& t, void* workspace, Ker
   // Query rows of KV head kvh for (seq, tile): zero-padded to the stored K width, rotated when K
   // is turbo, scaled; into dst (rows x dk_st floats). Head kvh's rows of a group start at
   // kvh * rows * dk_st.
+  // Tiles cover n_q_tokens per sequence; a ragged sequence's tiles past its query count are empty.
+  auto tile_len = [&](int64_t seq, int64_t tile) {
+    const int32_t i0 = static_cast<int32_t>(tile * S.tile_tokens);
+    return std::clamp(q_len(t.q_offsets, p.n_q_tokens, seq) - i0, 0, S.tile_tokens);
+  };
   auto prepare_q = [&](float* dst, int64_t seq, int64_t tile, int32_t kvh) {
     const int32_t i0 = static_cast<int32_t>(tile * S.tile_tokens);
-    const int32_t n_rows = std::min(S.tile_tokens, p.n_q_tokens - i0) * G;
+    const int32_t n_rows = tile_len(seq, tile) * G;
+    const int64_t q0 = q_row_base(t.q_offsets, p.n_q_tokens, seq);
     for (int32_t r = 0; r < n_rows; ++r) {
       const int64_t i = i0 + r / G, h = int64_t{kvh} * G + r % G;
-      const float* src = t.q + ((seq * p.n_q_tokens + i) * p.n_q_heads + h) * dk;
+      const float* src = t.q + ((q0 + i) * p.n_q_heads + h) * dk;
       float* row = dst + int64_t{r} * L.dk_st;
       std::copy(src, src + dk, row);
       std::fill(row + dk, row + L.dk_st, 0.0f);
@@ -117,7 +141,7 @@ Status run_cpu(const Plan& plan, const AttentionTensors& t, void* workspace, Ker
     // One item per (sequence, tile, KV head): 32 splits no longer rotate the same rows 32 times
     // (turbo at 8K: 14% of the call).
     const int64_t n_items = S.n_tasks / S.n_splits * p.n_kv_heads;
-    ThreadPool::global().parallel_for(n_items, plan.n_threads, [&](int64_t item, int32_t) {
+    parallel_for(plan, n_items, [&](int64_t item, int32_t) {
       const auto kvh = static_cast<int32_t>(item % p.n_kv_heads);
       const int64_t g = item / p.n_kv_heads;
       prepare_q(shared_q + (g * task_rows + int64_t{kvh} * rows) * L.dk_st, g / S.n_tiles,
@@ -126,7 +150,7 @@ Status run_cpu(const Plan& plan, const AttentionTensors& t, void* workspace, Ker
   }
 
   // Task index = (seq * n_tiles + tile) * n_splits + split; a task covers every KV head.
-  ThreadPool::global().parallel_for(S.n_tasks, plan.n_threads, [&](int64_t task, int32_t thread) {
+  parallel_for(plan, S.n_tasks, [&](int64_t task, int32_t thread) {
     const int64_t split = task % S.n_splits;
     const int64_t tile = task / S.n_splits % S.n_tiles;
     const int64_t seq = task / S.n_splits / S.n_tiles;
@@ -134,8 +158,7 @@ Status run_cpu(const Plan& plan, const AttentionTensors& t, void* workspace, Ker
     const int64_t per = (len + S.n_splits - 1) / S.n_splits;
     const int64_t begin = std::min(len, split * per), end = std::min(len, begin + per);
     const int32_t i0 = static_cast<int32_t>(tile * S.tile_tokens);
-    const int32_t n_tok = std::min(S.tile_tokens, p.n_q_tokens - i0);
-    const int32_t n_rows = n_tok * G;
+    const int32_t n_rows = tile_len(seq, tile) * G;
 
     float* o = part_o + task * task_rows * L.dv_st;
     float* m = part_m + task * task_rows;
@@ -143,7 +166,7 @@ Status run_cpu(const Plan& plan, const AttentionTensors& t, void* workspace, Ker
     std::fill(o, o + task_rows * L.dv_st, 0.0f);
     std::fill(m, m + task_rows, state_empty_m<float>());
     std::fill(l, l + task_rows, 0.0f);
-    if (begin >= end) return;
+    if (begin >= end || n_rows == 0) return;
 
     // Query rows of every KV head: shared by the splits, or prepared here.
     float* q;
@@ -166,7 +189,7 @@ Status run_cpu(const Plan& plan, const AttentionTensors& t, void* workspace, Ker
     a.n_rows = n_rows;
     a.head_rows = rows;
     a.group = G;
-    a.q_pos0 = len - p.n_q_tokens + i0;
+    a.q_pos0 = len - q_len(t.q_offsets, p.n_q_tokens, seq) + i0;
     a.causal = p.causal;
     a.window = p.window;
     a.softcap = p.softcap;
@@ -192,11 +215,12 @@ Status run_cpu(const Plan& plan, const AttentionTensors& t, void* workspace, Ker
 
   // Merge the splits of each (sequence, tile) and finalize every row of every KV head.
   const int64_t n_groups = S.n_tasks / S.n_splits;
-  ThreadPool::global().parallel_for(n_groups, plan.n_threads, [&](int64_t g, int32_t thread) {
+  parallel_for(plan, n_groups, [&](int64_t g, int32_t thread) {
     const int64_t tile = g % S.n_tiles;
     const int64_t seq = g / S.n_tiles;
     const int32_t i0 = static_cast<int32_t>(tile * S.tile_tokens);
-    const int32_t n_rows = std::min(S.tile_tokens, p.n_q_tokens - i0) * G;
+    const int32_t n_rows = tile_len(seq, tile) * G;
+    const int64_t q0 = q_row_base(t.q_offsets, p.n_q_tokens, seq);
     auto* merged = reinterpret_cast<float*>(thread_mem(thread));
     auto* row_out = reinterpret_cast<float*>(thread_mem(thread) + L.q_bytes + L.scratch_bytes);
     const int64_t t0 = g * S.n_splits;  // first task of this group
@@ -207,7 +231,7 @@ Status run_cpu(const Plan& plan, const AttentionTensors& t, void* workspace, Ker
         merge_states<float>(S.n_splits, part_o + row * L.dv_st, task_rows * L.dv_st, part_m + row,
                             part_l + row, L.dv_st, merged, mm, ll, task_rows);
         const int64_t i = i0 + r / G, h = int64_t{kvh} * G + r % G;
-        const int64_t orow = (seq * p.n_q_tokens + i) * p.n_q_heads + h;
+        const int64_t orow = (q0 + i) * p.n_q_heads + h;
         const float sink = p.has_sinks ? t.sinks[h] : 0.0f;
         finalize_state<float>(merged, mm, ll, p.has_sinks, sink, L.dv_st, row_out,
                               t.lse ? t.lse + orow : nullptr);
@@ -227,8 +251,9 @@ void plan_cpu(Plan& plan) {
 
 std::optional<std::string> reject_prefill_sized(const AttentionProblem& p) {
   if (p.n_q_tokens > kDecodeMaxQTokens)
-    return fmt::format("n_q_tokens = {} > {} (decode kernels take 1..{} query tokens)",
-                       p.n_q_tokens, kDecodeMaxQTokens, kDecodeMaxQTokens);
+    return fmt::format(
+        "n_q_tokens={} is above {} (allowed: 1 .. {}, the decode kernels' query tokens)",
+        p.n_q_tokens, kDecodeMaxQTokens, kDecodeMaxQTokens);
   return std::nullopt;
 }
 
@@ -236,17 +261,22 @@ std::optional<std::string> reject_prefill_sized(const AttentionProblem& p) {
 std::optional<std::string> reject_paged(const AttentionProblem& p) {
   if (p.page_size == 0) return std::nullopt;
   return fmt::format(
-      "page_size = {}: the CPU kernels read contiguous (token-strided) caches only; paged caches "
-      "are read by cuda.decode and cpu.reference",
+      "page_size={} is paged (allowed: 0; the CPU kernels read contiguous, token-strided caches; "
+      "paged ones are read by cuda.decode, cuda.prefill and cpu.reference)",
       p.page_size);
 }
 
 #if defined(KVFLASH_CPU_AVX512)
+// F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
+bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
 bool cpu_has_avx512() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
+         cpu_has_f16c() && __builtin_cpu_supports("fma");
 }
 std::optional<std::string> reject_no_avx512(const AttentionProblem&) {
   static const bool ok = cpu_has_avx512();
@@ -326,7 +356,7 @@ const BackendEntry& backend_entry() {
   static constexpr BackendEntry entry{
       .id = Backend::cpu,
       .register_kernels = register_kernels,
-      .host_threads = [] { return ThreadPool::global().size(); },
+      .host_threads = [] { return ThreadPool::process().size(); },
       .device = nullptr,
   };
   return entry;

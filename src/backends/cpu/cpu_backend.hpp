@@ -11,7 +11,7 @@ namespace kvflash::cpu {
 // reference as an opt-in candidate (force "cpu.reference" to use it as the oracle).
 void register_kernels(std::vector<KernelCandidate>& out);
 
-// The CPU backend as the core sees it: its candidates and its threads (ThreadPool::global()); no
+// The CPU backend as the core sees it: its candidates and its threads (ThreadPool::process()); no
 // device services.
 const BackendEntry& backend_entry();
 

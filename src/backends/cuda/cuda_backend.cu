@@ -1,4 +1,4 @@
-// CUDA backend: registers the kernel families (decode: src/backends/cuda/decode) and binds the
+// CUDA backend: registers the kernel families (src/backends/cuda/decode, prefill) and binds the
 // device services to the core's interface (src/core/backend.hpp).
 #include <cuda_runtime.h>
 
@@ -8,6 +8,7 @@ namespace kvflash::cuda {
 
 void register_kernels(std::vector<KernelCandidate>& out) {
   decode::register_decode(out);
+  prefill::register_prefill(out);
 }
 
 int device_count() {

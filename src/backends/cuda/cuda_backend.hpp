@@ -27,6 +27,10 @@ namespace decode {
 // The decode family (1..8 query tokens): "cuda.decode".
 void register_decode(std::vector<KernelCandidate>& out);
 }  // namespace decode
+namespace prefill {
+// The prefill family (9 or more query tokens): "cuda.prefill".
+void register_prefill(std::vector<KernelCandidate>& out);
+}  // namespace prefill
 
 // Number of CUDA devices visible, 0 when the driver or a device is missing (never an error).
 int device_count();

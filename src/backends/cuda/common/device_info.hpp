@@ -5,7 +5,10 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <optional>
+#include <string>
 
+#include "kvflash/problem.hpp"
 #include "kvflash/status.hpp"
 
 namespace kvflash::cuda {
@@ -16,5 +19,11 @@ int sm_count();
 size_t max_smem_optin();
 // A failed CUDA call as an internal error naming what failed.
 Status cuda_error(cudaError_t e, const char* what);
+
+// The guards every CUDA kernel family starts with (KernelCandidate::guards "cuda_device" and
+// "compute_capability"): a visible device, and sm_90 or newer (the kernels use Hopper
+// instructions and are built for sm_90 and its PTX).
+std::optional<std::string> reject_no_device(const AttentionProblem&);
+std::optional<std::string> reject_arch(const AttentionProblem&);
 
 }  // namespace kvflash::cuda

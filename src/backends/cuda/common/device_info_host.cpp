@@ -29,4 +29,26 @@ Status cuda_error(cudaError_t e, const char* what) {
   return Error{ErrorCode::internal, fmt::format("{}: {}", what, cudaGetErrorString(e))};
 }
 
+std::optional<std::string> reject_no_device(const AttentionProblem&) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) return std::nullopt;
+  return std::string("no CUDA device is visible");
+}
+
+std::optional<std::string> reject_arch(const AttentionProblem&) {
+  static const int cc = [] {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+      return 0;
+    return 10 * major + minor;
+  }();
+  if (cc >= 90) return std::nullopt;
+  return fmt::format(
+      "the current device is sm_{}; kvflash's CUDA kernels need sm_90 (Hopper) or "
+      "newer",
+      cc);
+}
+
 }  // namespace kvflash::cuda

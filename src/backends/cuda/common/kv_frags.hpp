@@ -432,6 +432,38 @@ KVFLASH_HD frag4 k_frag_turbo(const uint8_t* row, int b, int t, const TurboLut<T
   return make_frag4(r0.x, r0.y, r1.x, r1.y);
 }
 
+// A K fragment (k_frag_quant, k_frag_turbo: values j = 0..7 of 32-dim block b for thread t, at
+// dims k_dim(T, b, t, j)) as pairs of consecutive dims: word k holds dims dim[k] and dim[k] + 1
+// (low half first). Runs of k_frag_run_words<T>() words sit at consecutive dims (dim[k + 1] =
+// dim[k] + 2 inside a run), so a row of an f16 operand tile takes them in 16-byte (q8_0 and the
+// float types), 8-byte (q4_0, turbo4) or 4-byte (turbo2, turbo3) stores: the prefill kernel's
+// tile decode, with the same decoders as decode's fragments.
+template <KvType T>
+constexpr int k_frag_run_words() {
+  if constexpr (T == KvType::q4_0 || T == KvType::turbo4) return 2;
+  if constexpr (T == KvType::turbo2 || T == KvType::turbo3) return 1;
+  return 4;
+}
+template <KvType T>
+KVFLASH_HD void k_frag_dim_words(const frag4& f, int b, int t, int (&dim)[4], uint32_t (&w)[4]) {
+  const int d0 = k_dim(T, b, t, 0);
+  if constexpr (T == KvType::q4_0 || T == KvType::turbo4) {
+    // Values 0-3 are dims d0 + 0, 2, 1, 3 (x: 0 and 2, y: 1 and 3), values 4-7 the same at d4.
+    const int d4 = k_dim(T, b, t, 4);
+    dim[0] = d0, dim[1] = d0 + 2, dim[2] = d4, dim[3] = d4 + 2;
+    w[0] = byte_perm(f.x, f.y, 0x5410u), w[1] = byte_perm(f.x, f.y, 0x7632u);
+    w[2] = byte_perm(f.z, f.w, 0x5410u), w[3] = byte_perm(f.z, f.w, 0x7632u);
+  } else if constexpr (T == KvType::turbo2 || T == KvType::turbo3) {
+    // x: dims d0, d0 + 64; y: d0 + 1, d0 + 65; z: d0 + 32, d0 + 96; w: d0 + 33, d0 + 97.
+    dim[0] = d0, dim[1] = d0 + 64, dim[2] = d0 + 32, dim[3] = d0 + 96;
+    w[0] = byte_perm(f.x, f.y, 0x5410u), w[1] = byte_perm(f.x, f.y, 0x7632u);
+    w[2] = byte_perm(f.z, f.w, 0x5410u), w[3] = byte_perm(f.z, f.w, 0x7632u);
+  } else {
+    dim[0] = d0, dim[1] = d0 + 2, dim[2] = d0 + 4, dim[3] = d0 + 6;
+    w[0] = f.x, w[1] = f.y, w[2] = f.z, w[3] = f.w;
+  }
+}
+
 // P.V B operands of lane n's 16 dims (v_dim16) of four turbo key rows in group `grp_i` (a
 // 128-dim slice): use(i, b0, b1) as v_frags_q4_0_16, codebook values (times each row's norm,
 // turbo_norm, they are the rows' values). turbo2/3: the lane's 4 plane bytes (2 u16

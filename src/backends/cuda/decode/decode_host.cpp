@@ -89,34 +89,21 @@ struct Timeline {
 };
 #endif
 
-std::optional<std::string> reject_no_device(const AttentionProblem&) {
-  if (device_count() > 0) return std::nullopt;
-  return std::string("no CUDA device is visible");
-}
-
-// The kernels use Hopper instructions (griddepcontrol) and are built for sm_90 (+ its PTX).
-std::optional<std::string> reject_arch(const AttentionProblem&) {
-  static const int cc = [] {
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
-      return 0;
-    return 10 * major + minor;
-  }();
-  if (cc >= 90) return std::nullopt;
-  return fmt::format("the current device is sm_{}; cuda.decode needs sm_90 (Hopper) or newer", cc);
-}
-
 std::optional<std::string> reject_q_tokens(const AttentionProblem& p) {
   if (p.n_q_tokens <= kMaxDecodeQTokens) return std::nullopt;
-  return fmt::format("n_q_tokens = {} is above {} (decode and speculative steps only)",
-                     p.n_q_tokens, kMaxDecodeQTokens);
+  return fmt::format("n_q_tokens={} is above {} (allowed: 1 .. {}, decode and speculative steps)",
+                     p.n_q_tokens, kMaxDecodeQTokens, kMaxDecodeQTokens);
+}
+
+std::optional<std::string> reject_ragged(const AttentionProblem& p) {
+  if (!p.ragged_q) return std::nullopt;
+  return std::string("ragged query lengths (problem.ragged_q) are served by cuda.prefill");
 }
 
 std::optional<std::string> reject_grid(const AttentionProblem& p) {
   if (p.n_seqs > 65535)
-    return fmt::format("n_seqs = {} is above 65535 (one grid dimension)", p.n_seqs);
+    return fmt::format("n_seqs={} is above 65535 (allowed: 1 .. 65535, one grid dimension)",
+                       p.n_seqs);
   return std::nullopt;
 }
 
@@ -235,16 +222,9 @@ Status check_decode_tensors(const Plan& plan, const AttentionTensors& t) {
   const AttentionProblem& p = plan.problem;
   if (dynamic_cast<const DecodePlan*>(plan.detail.get()) == nullptr)
     return invalid_argument("plan.detail holds no cuda.decode plan: make the plan with plan()");
-  if (t.kv_lens == nullptr)
-    return invalid_argument(
-        "cuda.decode reads the lengths on the device: tensors.kv_lens must be "
-        "a device array of n_seqs int64 values");
   const DecodeLayout& l = decode_plan_of(plan).layout;
-  Expected<CopyMode> ku = copy_mode("k", t.k, p.k_type, l.k_row_bytes, l.sk_stride, p);
-  if (!ku) return invalid_argument(ku.error().message);
-  Expected<CopyMode> vu = copy_mode("v", t.v, p.v_type, l.v_row_bytes, l.sv_stride, p);
-  if (!vu) return invalid_argument(vu.error().message);
-  return {};
+  return check_device_tensors("cuda.decode", p, t, l.k_row_bytes, l.sk_stride, l.v_row_bytes,
+                              l.sv_stride);
 }
 
 // The tensors passed check_decode_tensors (run() validates first): pointers, strides, copy modes
@@ -341,11 +321,9 @@ void register_decode(std::vector<KernelCandidate>& out) {
   c.backend = Backend::cuda;
   c.priority = 300;
   c.opt_in_only = false;
-  c.guards = {{"cuda_device", reject_no_device},
-              {"compute_capability", reject_arch},
-              {"kv_types", reject_pair_not_built},
-              {"decode_q_tokens", reject_q_tokens},
-              {"grid", reject_grid},
+  c.guards = {{"cuda_device", reject_no_device},   {"compute_capability", reject_arch},
+              {"kv_types", reject_pair_not_built}, {"decode_q_tokens", reject_q_tokens},
+              {"ragged_q", reject_ragged},         {"grid", reject_grid},
               {"shared_memory", reject_smem}};
   c.make_plan = plan_decode;
   c.check_tensors = check_decode_tensors;

@@ -86,6 +86,13 @@ struct CopyMode {
 Expected<CopyMode> copy_mode(const char* which, const KvTensor& kv, KvType type, int32_t row_bytes,
                              int32_t slot_bytes, const AttentionProblem& p);
 
+// What every CUDA kernel family asks of the tensors (its KernelCandidate::check_tensors, after
+// the family's plan check): lengths on the device, and K / V layouts that the tile copies can
+// read (copy_mode) into slots of k_slot / v_slot bytes. `family` names the kernel in the message.
+Status check_device_tensors(const char* family, const AttentionProblem& p,
+                            const AttentionTensors& t, int32_t k_row_bytes, int32_t k_slot,
+                            int32_t v_row_bytes, int32_t v_slot);
+
 // How TMA copies a tensor's K or V tiles (DecodeParams::k_map): the tensor viewed as [seq][token]
 // [the bytes of all heads' rows], one box = bk tokens x `slot` bytes starting at the head's row
 // rounded down to 16 bytes (box starts must be 16-byte aligned; the row lands after its lead, as

@@ -21,13 +21,8 @@ constexpr bool uses_int8_qk(KvType k, KvType v, int n_qtiles, bool k_split) {
 // k_split: one query n-tile, head dims above 128). gen_instances.py reads this list to write those
 // instances, so the list below is the one place that names them (keep it one line per type).
 inline constexpr KvType kKSplitTypes[] = {
-    KvType::f16,
-    KvType::bf16,
-    KvType::q8_0,
-    KvType::q4_0,
-    KvType::turbo2,
-    KvType::turbo3,
-    KvType::turbo4,
+    KvType::f16,    KvType::bf16,   KvType::q8_0,   KvType::q4_0,
+    KvType::turbo2, KvType::turbo3, KvType::turbo4,
 };
 
 // Whether the build has a K-split kernel for this (K, V) pair (it may still be outside a trimmed

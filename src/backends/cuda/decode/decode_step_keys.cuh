@@ -238,10 +238,13 @@ __device__ __forceinline__ void keys_as_m_step(const DecodeParams& p, RunState<1
           float x = st[r][2 * h + e];
           if (p.softcap > 0.0f) x = p.softcap * tanhf(x / p.softcap);
           if (p.has_alibi) x += slope * static_cast<float>(j - pos);
-          if (p.has_mask && j < k_hi)
-            x += p.mask[(int64_t{seq} * p.n_q_tokens + tok) * p.mask_stride + j];
-          const bool hidden =
-              j >= k_hi || (p.causal && j > pos) || (p.window > 0 && pos - j >= p.window);
+          // A -inf mask hides the key whatever its K row holds (NaN + -inf would be NaN).
+          const float mv = p.has_mask && j < k_hi
+                               ? p.mask[(int64_t{seq} * p.n_q_tokens + tok) * p.mask_stride + j]
+                               : 0.0f;
+          x += mv;
+          const bool hidden = j >= k_hi || mv == kNegInf || (p.causal && j > pos) ||
+                              (p.window > 0 && pos - j >= p.window);
           st[r][2 * h + e] = hidden ? kNegInf : x;
         }
       }
@@ -315,26 +318,42 @@ __device__ __forceinline__ void keys_as_m_step(const DecodeParams& p, RunState<1
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk)
     vrow[kk] = vs + (16 * s + 8 * (kk >> 1)) * p.sv_stride + ((kk & 1) ? v_slot1 : v_slot0);
-  uint32_t sv0 = 0, sv1 = 0;
-  const auto pv = [&](int i, uint32_t b0, uint32_t b1) {
-    if ((i & 1) == 0) {
-      sv0 = b0;
-      sv1 = b1;
-      return;
-    }
-    const uint4 a = make_uint4(sv0, b0, sv1, b1);
-    mma16816<kBfV>(rs.o[i >> 1][0], a, pb[0][0], pb[0][1]);
-  };
-  v_operands<VT>(
-      vrow, nt, dv0, g, ds, tlut_v, lut_v,
-      [&](uint32_t n01, uint32_t n23) {
+  // keep01 / keep23: AND masks of the keys some row weighs (weighed_keys), so that the V (and
+  // turbo norm) of a key no row weighs never enters O. Called with constants where every key is
+  // visible: the ANDs fold away there, so the tiles that hide nothing pay nothing.
+  const auto p_dot_v = [&](uint32_t keep01, uint32_t keep23) {
+    uint32_t sv0 = 0, sv1 = 0;
+    const auto pv = [&](int i, uint32_t b0, uint32_t b1) {
+      if ((i & 1) == 0) {
+        sv0 = b0 & keep01;
+        sv1 = b1 & keep23;
+        return;
+      }
+      const uint4 a = make_uint4(sv0, b0 & keep01, sv1, b1 & keep23);
+      mma16816<kBfV>(rs.o[i >> 1][0], a, pb[0][0], pb[0][1]);
+    };
+    v_operands<VT>(
+        vrow, nt, dv0, g, ds, tlut_v, lut_v,
+        [&](uint32_t n01, uint32_t n23) {
 #pragma unroll
-        for (int r = 0; r < NR; ++r) {
-          pb[r][0] = h2_mul(pb[r][0], n01);
-          pb[r][1] = h2_mul(pb[r][1], n23);
-        }
-      },
-      pv);
+          for (int r = 0; r < NR; ++r) {
+            pb[r][0] = h2_mul(pb[r][0], n01 & keep01);
+            pb[r][1] = h2_mul(pb[r][1], n23 & keep23);
+          }
+        },
+        pv);
+  };
+  if (all_visible) {
+    p_dot_v(0xffffffffu, 0xffffffffu);
+    return;
+  }
+  uint32_t or01 = 0, or23 = 0;
+#pragma unroll
+  for (int r = 0; r < NR; ++r) {
+    or01 |= pb[r][0];
+    or23 |= pb[r][1];
+  }
+  p_dot_v(weighed_keys(or01), weighed_keys(or23));
 }
 
 }  // namespace kvflash::cuda::decode

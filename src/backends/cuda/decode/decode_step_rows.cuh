@@ -126,10 +126,14 @@ __device__ __forceinline__ void rows_as_m_step(const DecodeParams& p, RunState<2
         float x = sc[n][e];
         if (p.softcap > 0.0f) x = p.softcap * tanhf(x / p.softcap);
         if (p.has_alibi) x += slope[h] * static_cast<float>(j - pos[h]);
-        if (p.has_mask && j < k_hi)
-          x += p.mask[(int64_t{seq} * p.n_q_tokens + tok_row[h]) * p.mask_stride + j];
-        const bool hidden =
-            j >= k_hi || (p.causal && j > pos[h]) || (p.window > 0 && pos[h] - j >= p.window);
+        // A -inf mask hides the key whatever its K row holds (NaN + -inf would be NaN).
+        const float mv =
+            p.has_mask && j < k_hi
+                ? p.mask[(int64_t{seq} * p.n_q_tokens + tok_row[h]) * p.mask_stride + j]
+                : 0.0f;
+        x += mv;
+        const bool hidden = j >= k_hi || mv == kNegInf || (p.causal && j > pos[h]) ||
+                            (p.window > 0 && pos[h] - j >= p.window);
         sc[n][e] = hidden ? kNegInf : x;
       }
   }
@@ -191,15 +195,26 @@ __device__ __forceinline__ void rows_as_m_step(const DecodeParams& p, RunState<2
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk)
     vrow[kk] = vs + (16 * s + 8 * (kk >> 1)) * p.sv_stride + ((kk & 1) ? v_slot1 : v_slot0);
-  v_operands<VT>(
-      vrow, nt, dv0, g, ds, tlut_v, lut_v,
-      [&](uint32_t n01, uint32_t n23) {
-        pa.x = h2_mul(pa.x, n01);
-        pa.y = h2_mul(pa.y, n01);
-        pa.z = h2_mul(pa.z, n23);
-        pa.w = h2_mul(pa.w, n23);
-      },
-      [&](int i, uint32_t b0, uint32_t b1) { mma16816<kBfV>(rs.o[i], pa, b0, b1); });
+  // keep01 / keep23: AND masks of the keys some row weighs (weighed_keys), so that the V (and
+  // turbo norm) of a key no row weighs never enters O. Called with constants where every key is
+  // visible: the ANDs fold away there, so the tiles that hide nothing pay nothing.
+  const auto p_dot_v = [&](uint32_t keep01, uint32_t keep23) {
+    v_operands<VT>(
+        vrow, nt, dv0, g, ds, tlut_v, lut_v,
+        [&](uint32_t n01, uint32_t n23) {
+          pa.x = h2_mul(pa.x, n01 & keep01);
+          pa.y = h2_mul(pa.y, n01 & keep01);
+          pa.z = h2_mul(pa.z, n23 & keep23);
+          pa.w = h2_mul(pa.w, n23 & keep23);
+        },
+        [&](int i, uint32_t b0, uint32_t b1) {
+          mma16816<kBfV>(rs.o[i], pa, b0 & keep01, b1 & keep23);
+        });
+  };
+  if (all_visible)
+    p_dot_v(0xffffffffu, 0xffffffffu);
+  else
+    p_dot_v(weighed_keys(pa.x | pa.y), weighed_keys(pa.z | pa.w));
 }
 
 }  // namespace kvflash::cuda::decode

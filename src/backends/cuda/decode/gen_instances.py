@@ -74,11 +74,12 @@ def pair_instances(k, v, extern=False):
     return lines
 
 
-def instance_file(rel, comment, body):
+def instance_file(rel, comment, body, family="decode", header="decode/decode_launch.cuh"):
+    """One generated .cu: the banner and comment, the family's kernel header, the instances."""
+    ns = f"kvflash::cuda::{family}"
     lines = [f"{BANNER}: {comment[0]}"] + [f"// {c}" for c in comment[1:]] + [
-             '#include "backends/cuda/decode/decode_launch.cuh"', "", "// clang-format off",
-             "namespace kvflash::cuda::decode {"] + body + [
-             "}  // namespace kvflash::cuda::decode", "// clang-format on", ""]
+             f'#include "backends/cuda/{header}"', "", "// clang-format off",
+             f"namespace {ns} {{"] + body + [f"}}  // namespace {ns}", "// clang-format on", ""]
     return rel, "\n".join(lines)
 
 
@@ -140,18 +141,67 @@ def table_file():
     return os.path.join("instances", "decode_table.inc"), "\n".join(lines)
 
 
+# The prefill family (../prefill): one kernel per (K, V, V-dim bucket), the same pairs per build.
+DV_BUCKETS = [128, 256]
+PREFILL = os.path.join("..", "prefill", "instances")
+
+
+def prefill_inst(k, v, extern=False):
+    e = "extern " if extern else ""
+    out = []
+    for b in DV_BUCKETS:
+        a = f"KvType::{k}, KvType::{v}, {b}"
+        out += [f"{e}template cudaError_t prepare_prefill<{a}>(size_t);",
+                f"{e}template void launch_prefill<{a}>(const PrefillParams&, dim3, size_t, cudaStream_t);"]
+    return out
+
+
+def prefill_file(rel, comment, body):
+    return instance_file(rel, comment, body, "prefill", "prefill/prefill_kernel.cuh")
+
+
+def prefill_files():
+    files = [prefill_file(os.path.join(PREFILL, "default_pairs", f"prefill_{k}_{v}.cu"),
+                          [f"prefill instances, K {k},",
+                           f"V {v} (builds without KVFLASH_CUDA_ALL_PAIRS)."],
+                          prefill_inst(k, v)) for k, v in DEFAULT_PAIRS]
+    for k in TYPES:
+        files.append(prefill_file(os.path.join(PREFILL, "all_pairs", f"prefill_k_{k}.cu"),
+                                  [f"prefill instances, K {k},",
+                                   "every V type (-DKVFLASH_CUDA_ALL_PAIRS=ON)."],
+                                  [l for v in TYPES for l in prefill_inst(k, v)]))
+    lines = [f"{BANNER}: declarations of every prefill",
+             "// instance, and prefill.cu's table of them (instance(): null for pairs this build",
+             "// did not compile), by K type, V type and V-dim bucket.",
+             "// clang-format off"]
+    for k in TYPES:
+        for v in TYPES:
+            lines += prefill_inst(k, v, extern=True)
+    lines.append(f"inline constexpr PrefillInstance kPrefillInstances[{len(TYPES)}][{len(TYPES)}]"
+                 f"[{len(DV_BUCKETS)}] = {{")
+    for k in TYPES:
+        row = ", ".join("{" + ", ".join(f"instance<KvType::{k}, KvType::{v}, {b}>()"
+                                        for b in DV_BUCKETS) + "}" for v in TYPES)
+        lines.append(f"    {{{row}}},")
+    lines += ["};", "// clang-format on", ""]
+    files.append((os.path.join(PREFILL, "prefill_table.inc"), "\n".join(lines)))
+    return files
+
+
 def generated():
     files = dict(instance_files())
     files.update([default_pairs_file(), table_file()])
+    files.update(prefill_files())
     return files
 
 
 def committed():
     """The generated files in the tree (every .cu and .inc under instances/)."""
     out = set()
-    for root, _, names in os.walk(os.path.join(HERE, "instances")):
-        out.update(os.path.relpath(os.path.join(root, n), HERE)
-                   for n in names if n.endswith((".cu", ".inc")))
+    for top in ("instances", PREFILL):
+        for root, _, names in os.walk(os.path.join(HERE, top)):
+            out.update(os.path.relpath(os.path.join(root, n), HERE)
+                       for n in names if n.endswith((".cu", ".inc")))
     return out
 
 

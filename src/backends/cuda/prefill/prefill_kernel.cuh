@@ -1,0 +1,583 @@
+// The CUDA prefill kernel: one CTA per (block of query rows, KV head, sequence).
+//
+// Query rows are (token, head of the GQA group) pairs, token-major as in decode, so every K/V
+// tile a CTA loads serves all heads of the group. Each of the 8 warps owns m_tiles() blocks of
+// 16 rows (256 rows per CTA where both head dims are at most 128, else 128). The CTA streams the
+// keys its rows may see (prefill_key_range) in tiles of 64 through two shared-memory stages
+// (cp.async; the next tile loads while this one computes). f16 / bf16 rows land as the MMA operand
+// tile itself; quantized rows land raw and are decoded, tile by tile, into one f16 operand tile
+// with decode's fragment decoders (common/kv_frags.hpp: k_frag_quant, k_frag_turbo, put in dim
+// order by k_frag_dim_words; f32 rows are converted on load), so no whole-window temporary exists.
+// Both products run on tensor cores (mma.m16n8k16, f32 accumulation; operands by ldmatrix, each
+// K/V operand feeding all of a warp's M tiles): S = Q.K^T, then P.V with P taken from S's
+// registers. The softmax is online in base 2 with the state rule of kvflash/state.hpp (state_ref:
+// an empty row's reference is 0, so nothing computes -inf - -inf), and each row is finalized by
+// state_final_exp2 (sinks, empty rows, lse).
+// Turbo types are read in the rotated domain: Q is rotated as it is staged, the output rotated
+// back in the epilogue.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <limits>
+
+#include "backends/cuda/common/async_copy.cuh"
+#include "backends/cuda/common/fast_div.hpp"
+#include "backends/cuda/common/kv_frags.hpp"
+#include "backends/cuda/common/kv_values.hpp"
+#include "backends/cuda/common/mma.cuh"
+#include "backends/cuda/common/turbo_rotate.cuh"
+#include "backends/cuda/prefill/prefill_params.hpp"
+#include "backends/cuda/prefill/prefill_plan.hpp"
+#include "kvflash/state.hpp"
+
+namespace kvflash::cuda::prefill {
+
+// The CTA's coordinates and its sequence's facts.
+struct PrefillCta {
+  int seq, kvh, row0, row_end;  // rows: (token, head of the group) pairs of this KV head
+  int64_t q_row0;               // the sequence's first query row in q / out / lse
+  int32_t q_len;                // its query tokens (n_q_tokens, or its ragged count)
+  int64_t len, first_q;         // keys in the sequence; position of query token 0
+  PrefillKeyRange keys;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Steps
+
+// The start of row `key` of a tensor for the CTA's sequence and KV head (valid: key < hi; others
+// get the base, never read). A page table entry outside the pool is read as page 0 and flagged.
+__device__ __forceinline__ const uint8_t* tile_row(const PrefillParams& p, const TileCopy& c,
+                                                   const PrefillCta& cta, int64_t key, bool valid,
+                                                   int* bad_input) {
+  if (!valid) return c.base;
+  int64_t off;
+  if (p.page_size > 0) {
+    const int64_t page_i = key / p.page_size;
+    int32_t page = c.pages[int64_t{cta.seq} * c.pps + page_i];
+    if (page < 0 || page >= c.n_pages) {
+      *bad_input = 1;
+      page = 0;
+    }
+    off = int64_t{page} * c.sp + (key - page_i * p.page_size) * c.st + int64_t{cta.kvh} * c.sh;
+  } else {
+    off = int64_t{cta.seq} * c.ss + key * c.st + int64_t{cta.kvh} * c.sh;
+  }
+  return c.base + off;
+}
+
+// Copies keys [k0, k0 + kTileKeys) of one tensor (rows past the range's end zero-filled) into a
+// stage: direct tensors straight into operand rows (`stride` bytes apart), raw ones into their
+// slots with each row's lead byte.
+template <TileMode kMode>
+__device__ __forceinline__ void issue_tile(const PrefillParams& p, const TileCopy& c, uint8_t* dst,
+                                           uint8_t* leads, int stride, const PrefillCta& cta,
+                                           int64_t k0, int tid, int* bad_input) {
+  const int total = kTileKeys * c.units;
+  for (int i = tid; i < total; i += kThreads) {
+    const int r = fdiv(i, c.div_units), u = i - r * c.units;
+    const bool valid = k0 + r < cta.keys.hi;
+    const uint8_t* row = tile_row(p, c, cta, k0 + r, valid, bad_input);
+    const int lead = static_cast<int>(reinterpret_cast<uintptr_t>(row) & c.lead_mask);
+    const uint8_t* src = valid ? row - lead + u * c.unit : c.base;
+    uint8_t* d = dst + r * stride + u * c.unit;
+    const int n = valid ? c.unit : 0;
+    if (c.unit == 16) {
+      cp_async<16>(d, src, n);
+    } else if (c.unit == 8) {
+      cp_async<8>(d, src, n);
+    } else {
+      cp_async<4>(d, src, n);
+    }
+    if constexpr (kMode == TileMode::raw) {
+      if (u == 0) leads[r] = static_cast<uint8_t>(lead);
+    }
+  }
+}
+
+// f32 rows of keys [k0, k0 + kTileKeys) read and converted to f16 into the operand tile (zero
+// past the range's end): eight values per work item, `dc` dims per row.
+__device__ __forceinline__ void convert_tile(const PrefillParams& p, const TileCopy& c,
+                                             const PrefillCta& cta, int64_t k0, uint8_t* dst,
+                                             int stride, int dc, const FastDiv& div_items, int tid,
+                                             int* bad_input) {
+  const int per_row = dc / 8, total = kTileKeys * per_row;
+  for (int i = tid; i < total; i += kThreads) {
+    const int r = fdiv(i, div_items), k8 = i - r * per_row;
+    const bool valid = k0 + r < cta.keys.hi;
+    uint4 h = make_uint4(0u, 0u, 0u, 0u);
+    if (valid) {
+      const float4* s =
+          reinterpret_cast<const float4*>(tile_row(p, c, cta, k0 + r, true, bad_input)) + 2 * k8;
+      const float4 a = s[0], b = s[1];
+      h = make_uint4(pack2<false>(a.x, a.y), pack2<false>(a.z, a.w), pack2<false>(b.x, b.y),
+                     pack2<false>(b.z, b.w));
+    }
+    *reinterpret_cast<uint4*>(dst + r * stride + 16 * k8) = h;
+  }
+}
+
+// Decodes a stage's raw rows of quantized type T into the f16 operand tile: values in
+// the storage domain (turbo: rotated, norm x centroid), `dc` computed dims per row. (A row's
+// format is the same for K and V, so V tiles go through K's fragment decoders too.)
+template <KvType T>
+__device__ __forceinline__ void decode_tile(const uint8_t* raw, const uint8_t* leads, int slot,
+                                            uint8_t* dst, int stride, int dc,
+                                            const FastDiv& div_items, int tid) {
+  {
+    // Work items: (row, 32-dim block b, thread slot t): decode's K fragment decoders give the
+    // eight values as f16 pairs (turbo: centroids, times the group's norm here), k_frag_dim_words
+    // puts them in dim order.
+    const int per_row = dc / 32 * 4, total = kTileKeys * per_row;
+    TurboLut<T> tlut;
+    if constexpr (is_rotated(T)) tlut.init();
+    for (int i = tid; i < total; i += kThreads) {
+      const int r = fdiv(i, div_items), bt = i - r * per_row, b = bt >> 2, t = bt & 3;
+      const uint8_t* src = raw + r * slot + leads[r];
+      frag4 f;
+      if constexpr (is_rotated(T)) {
+        f = k_frag_turbo<T>(src, b, t, tlut);
+        const uint32_t n = turbo_norm<T>(src, b >> 2), n2 = n | (n << 16);
+        f = make_frag4(h2_mul(f.x, n2), h2_mul(f.y, n2), h2_mul(f.z, n2), h2_mul(f.w, n2));
+      } else {
+        f = k_frag_quant<T>(src, b, t);
+      }
+      int dim[4];
+      uint32_t w[4];
+      k_frag_dim_words<T>(f, b, t, dim, w);
+      uint8_t* row = dst + r * stride;
+      constexpr int kRun = k_frag_run_words<T>();
+      if constexpr (kRun == 4) {
+        *reinterpret_cast<uint4*>(row + 2 * dim[0]) = make_uint4(w[0], w[1], w[2], w[3]);
+      } else if constexpr (kRun == 2) {
+        *reinterpret_cast<uint2*>(row + 2 * dim[0]) = make_uint2(w[0], w[1]);
+        *reinterpret_cast<uint2*>(row + 2 * dim[2]) = make_uint2(w[2], w[3]);
+      } else {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) *reinterpret_cast<uint32_t*>(row + 2 * dim[k]) = w[k];
+      }
+    }
+  }
+}
+
+// Q's rows of the CTA (kRows of them) into the operand tile (16-bit, K's MMA type), zero past
+// the rows and dims; for turbo K rotated group by group (each warp its own rows, through its
+// scratch group).
+template <KvType KT, int kRows>
+__device__ __forceinline__ void stage_q(const PrefillParams& p, const PrefillCta& cta, uint8_t* sq,
+                                        float* scratch, const uint32_t* sign_words, int tid) {
+  constexpr bool kBf16 = KT == KvType::bf16;
+  const auto q_row = [&](int r) -> const float* {
+    const int rr = cta.row0 + r, tok = fdiv(rr, p.div_group);
+    const int qh = cta.kvh * p.group + rr - tok * p.group;
+    return p.q + ((cta.q_row0 + tok) * p.n_q_heads + qh) * p.dk;
+  };
+  if constexpr (is_rotated(KT)) {
+    constexpr int kWarpRows = kRows / kWarps;
+    const int lane = tid & 31, warp = tid >> 5;
+    for (int r = warp * kWarpRows; r < (warp + 1) * kWarpRows; ++r) {
+      const bool ok = cta.row0 + r < cta.row_end;
+      const float* q = ok ? q_row(r) : nullptr;
+      for (int g0 = 0; g0 < p.dkc; g0 += 128) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int d = g0 + lane + 32 * k;
+          scratch[lane + 32 * k] = ok && d < p.dk ? q[d] : 0.0f;
+        }
+        forward_rotate_group(scratch, lane, sign_words);
+        __half* dst = reinterpret_cast<__half*>(sq + r * p.q_stride) + g0;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) dst[lane + 32 * k] = __float2half_rn(scratch[lane + 32 * k]);
+        __syncwarp();
+      }
+    }
+  } else {
+    const int per_row = p.dkc / 4, total = kRows * per_row;
+    for (int i = tid; i < total; i += kThreads) {
+      const int r = i / per_row, d = 4 * (i - r * per_row);
+      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (cta.row0 + r < cta.row_end && d < p.dk) {
+        const float* q = q_row(r) + d;
+        if (p.q_vec4) {
+          v = *reinterpret_cast<const float4*>(q);
+        } else {
+          v = make_float4(q[0], q[1], q[2], q[3]);  // dk is a multiple of 16
+        }
+      }
+      *reinterpret_cast<uint2*>(sq + r * p.q_stride + 2 * d) =
+          make_uint2(pack2<kBf16>(v.x, v.y), pack2<kBf16>(v.z, v.w));
+    }
+  }
+}
+
+// S = Q.K^T for the warp's kMT M tiles of 16 rows and the tile's 64 keys: s[m][n-tile][4]. Each
+// B operand (K) loaded from shared memory feeds every M tile.
+template <bool kBf16, int kMT>
+__device__ __forceinline__ void qk_tile(float (&s)[kMT][8][4], uint32_t sq_addr, uint32_t sk_addr,
+                                        int q_stride, int k_stride, int dkc, int lane) {
+#pragma unroll
+  for (int m = 0; m < kMT; ++m)
+#pragma unroll
+    for (int n = 0; n < 8; ++n) s[m][n][0] = s[m][n][1] = s[m][n][2] = s[m][n][3] = 0.0f;
+  const uint32_t a_base = sq_addr + (lane & 15) * q_stride + (lane >> 4) * 16;
+  const uint32_t b_base =
+      sk_addr + ((lane & 7) + ((lane >> 4) << 3)) * k_stride + ((lane >> 3) & 1) * 16;
+  for (int kc = 0; kc < dkc / 16; ++kc) {
+    uint4 a[kMT];
+#pragma unroll
+    for (int m = 0; m < kMT; ++m) a[m] = ldmatrix_x4(a_base + m * 16 * q_stride + 32 * kc);
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {
+      const uint4 b = ldmatrix_x4(b_base + np * 16 * k_stride + 32 * kc);
+#pragma unroll
+      for (int m = 0; m < kMT; ++m) {
+        mma16816<kBf16>(s[m][2 * np], a[m], b.x, b.y);
+        mma16816<kBf16>(s[m][2 * np + 1], a[m], b.z, b.w);
+      }
+    }
+  }
+}
+
+// The scores of one M tile into base-2 logits: scale, softcap, ALiBi, mask, and where the tile
+// needs it the visibility test (causal, window, the range's end) as -inf. rr: the lane's two rows
+// (g, g + 8) of the M tile.
+__device__ __forceinline__ void score_tile(const PrefillParams& p, const PrefillCta& cta,
+                                           float (&s)[8][4], const int (&rr)[2], int64_t k0,
+                                           bool masked, int t) {
+  const bool extras = p.softcap > 0.0f || p.has_alibi || p.has_mask;
+  if (!extras && !masked) {
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[n][e] *= p.scale_log2;
+    return;
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = min(rr[r], cta.row_end - 1), tok = fdiv(row, p.div_group);
+    const int64_t pq = cta.first_q + tok;
+    const float slope = p.has_alibi ? p.alibi[cta.kvh * p.group + row - tok * p.group] : 0.0f;
+    const float* mask =
+        p.has_mask ? p.mask + (int64_t{cta.seq} * p.n_q_tokens + tok) * p.mask_stride : nullptr;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int64_t key = k0 + n * 8 + 2 * t + c;
+        float x = s[n][2 * r + c] * p.scale;
+        if (p.softcap > 0.0f) x = p.softcap * tanhf(x / p.softcap);
+        if (p.has_alibi) x += slope * static_cast<float>(key - pq);
+        bool vis = true;
+        if (p.has_mask && key < cta.keys.hi) {
+          const float mv = mask[key];
+          x += mv;
+          vis = mv != -std::numeric_limits<float>::infinity();  // whatever the K row holds
+        }
+        if (masked) {
+          vis = vis && key < cta.keys.hi && (!p.causal || key <= pq) &&
+                (p.window <= 0 || pq - key < p.window);
+        }
+        s[n][2 * r + c] = vis ? x * kStateLog2e : -std::numeric_limits<float>::infinity();
+      }
+    }
+  }
+}
+
+// The online softmax over one tile for the lane's two rows of an M tile: new maxima (base 2), the
+// weights P in place of the scores, the running sums and the accumulators rescaled (state_ref's
+// rule: an empty row's reference is 0).
+template <int kVt>
+__device__ __forceinline__ void softmax_tile(float (&s)[8][4], float (&m)[2], float (&l)[2],
+                                             float (&o)[kVt][4]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = -std::numeric_limits<float>::infinity();
+#pragma unroll
+    for (int n = 0; n < 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m[r], mx);
+    const float ref = state_ref(m_new);
+    const float alpha = exp2_ftz(m[r] - ref);
+    float sum = 0.0f;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      s[n][2 * r] = exp2_ftz(s[n][2 * r] - ref);
+      s[n][2 * r + 1] = exp2_ftz(s[n][2 * r + 1] - ref);
+      sum += s[n][2 * r] + s[n][2 * r + 1];
+    }
+    l[r] = l[r] * alpha + sum;
+    m[r] = m_new;
+#pragma unroll
+    for (int d = 0; d < kVt; ++d) {
+      o[d][2 * r] *= alpha;
+      o[d][2 * r + 1] *= alpha;
+    }
+  }
+}
+
+// P of one M tile as the A operands of P.V's four 16-key steps (the accumulator layout of two
+// n-tiles is the A operand of one step), packed to 16 bits as soon as the softmax made it, so that
+// the f32 scores do not stay live beside the accumulators.
+template <bool kBf16>
+__device__ __forceinline__ void pack_p(uint4 (&pa)[4], const float (&s)[8][4]) {
+#pragma unroll
+  for (int kc = 0; kc < 4; ++kc)
+    pa[kc] = make_uint4(pack2<kBf16>(s[2 * kc][0], s[2 * kc][1]),
+                        pack2<kBf16>(s[2 * kc][2], s[2 * kc][3]),
+                        pack2<kBf16>(s[2 * kc + 1][0], s[2 * kc + 1][1]),
+                        pack2<kBf16>(s[2 * kc + 1][2], s[2 * kc + 1][3]));
+}
+
+// O += P.V for the warp's kMT M tiles: V's B operands by transposed ldmatrix, each feeding every
+// M tile. kHiddenKeys: the tile may hold keys that no row of the warp weighs (masked, outside the
+// window or the range): their V operands are zeroed (weighed_keys), so that whatever those V rows
+// hold (NaN or inf in an engine's unused cells) never enters O as 0 * V. A compile-time switch:
+// the masking between each ldmatrix and its MMAs, on every tile, cost the d256 kernel 28% and the
+// d128 one 5% on an H100 (docs/cuda-prefill.md), so tiles with every key visible go without it.
+template <bool kBf16, int kMT, int kVt, bool kHiddenKeys>
+__device__ __forceinline__ void pv_tile(float (&o)[kMT][kVt][4], const uint4 (&pa)[kMT][4],
+                                        uint32_t sv_addr, int v_stride, int dvc, int lane) {
+  const uint32_t b_base =
+      sv_addr + ((lane & 7) + (((lane >> 3) & 1) << 3)) * v_stride + (lane >> 4) * 16;
+#pragma unroll
+  for (int kc = 0; kc < 4; ++kc) {
+    // Keys 2t, 2t + 1 (b.x, b.z) and 2t + 8, 2t + 9 (b.y, b.w) of this 16-key step.
+    uint32_t keep01 = 0xffffffffu, keep23 = 0xffffffffu;
+    if constexpr (kHiddenKeys) {
+      uint32_t or01 = 0, or23 = 0;
+#pragma unroll
+      for (int m = 0; m < kMT; ++m) {
+        or01 |= pa[m][kc].x | pa[m][kc].y;
+        or23 |= pa[m][kc].z | pa[m][kc].w;
+      }
+      keep01 = weighed_keys(or01);
+      keep23 = weighed_keys(or23);
+    }
+#pragma unroll
+    for (int dp = 0; dp < kVt / 2; ++dp) {
+      if (16 * dp < dvc) {
+        uint4 b = ldmatrix_x4_trans(b_base + kc * 16 * v_stride + dp * 32);
+        b.x &= keep01;
+        b.y &= keep23;
+        b.z &= keep01;
+        b.w &= keep23;
+#pragma unroll
+        for (int m = 0; m < kMT; ++m) {
+          mma16816<kBf16>(o[m][2 * dp], pa[m][kc], b.x, b.y);
+          mma16816<kBf16>(o[m][2 * dp + 1], pa[m][kc], b.z, b.w);
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The kernel
+
+// DVB: the instance's V dims (128 or 256), the accumulators' size; the head dims themselves are
+// parameters. Each warp owns kMT = m_tiles(DVB) M tiles of 16 rows.
+template <KvType KT, KvType VT, int DVB>
+__global__ void __launch_bounds__(kThreads, 1)
+    prefill_kernel(const __grid_constant__ PrefillParams p) {
+  constexpr TileMode kModeK = tile_mode(KT), kModeV = tile_mode(VT);
+  constexpr bool kBf16K = KT == KvType::bf16, kBf16V = VT == KvType::bf16;
+  constexpr int kVt = DVB / 8;       // n-tiles of 8 V dims
+  constexpr int kMT = m_tiles(DVB);  // M tiles per warp
+  constexpr int kRows = block_rows(DVB), kWarpRows = 16 * kMT;
+
+  extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ uint32_t sign_words[4];
+  __shared__ int bad_input;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+
+  PrefillCta cta;
+  cta.seq = blockIdx.z;
+  cta.kvh = blockIdx.y;
+  // Heaviest row blocks first (with causal masking the last rows see the most keys); the splits
+  // of a row block side by side.
+  const int block = fdiv(static_cast<int>(blockIdx.x), p.div_splits);
+  const int split = static_cast<int>(blockIdx.x) - block * p.n_splits;
+  cta.row0 = (p.n_row_blocks - 1 - block) * kRows;
+  const SeqQueries sq_info = seq_queries(p.q_offsets, cta.seq, p.n_seqs, p.n_q_tokens);
+  cta.q_row0 = sq_info.row0;
+  cta.q_len = sq_info.len;
+  // Rows past this sequence's queries (ragged: fewer than n_q_tokens), or offsets that break the
+  // rules (nothing read, nothing written): the CTA has no work.
+  if (!sq_info.ok || cta.row0 >= cta.q_len * p.group) return;
+  cta.row_end = min(cta.row0 + kRows, cta.q_len * p.group);
+  cta.len = p.kv_lens[cta.seq];
+  cta.first_q = cta.len - cta.q_len;
+  cta.keys = prefill_split_range(prefill_key_range(cta.len, p.kv_capacity, cta.q_len, p.group,
+                                                   p.causal, p.window, cta.row0, cta.row_end),
+                                 split, p.n_splits);
+  if (tid < 4) sign_words[tid] = sign_word(tid);
+  if (tid == 0) bad_input = cta.len < 0 || cta.len > p.kv_capacity;
+  __syncthreads();
+
+  uint8_t* const sq = smem + p.q_off;
+  const auto stage = [&](int s) { return smem + s * p.stage_bytes; };
+  const int64_t n_tiles = (cta.keys.hi - cta.keys.lo + kTileKeys - 1) / kTileKeys;
+  const auto issue = [&](int64_t j) {
+    uint8_t* st = stage(static_cast<int>(j & 1));
+    const int64_t k0 = cta.keys.lo + j * kTileKeys;
+    if constexpr (kModeK != TileMode::convert)
+      issue_tile<kModeK>(p, p.k, st + p.k_stage_off, st + p.k_lead_off,
+                         kModeK == TileMode::direct ? p.k_op_stride : p.k_slot, cta, k0, tid,
+                         &bad_input);
+    if constexpr (kModeV != TileMode::convert)
+      issue_tile<kModeV>(p, p.v, st + p.v_stage_off, st + p.v_lead_off,
+                         kModeV == TileMode::direct ? p.v_op_stride : p.v_slot, cta, k0, tid,
+                         &bad_input);
+    cp_async_commit();
+  };
+  if (n_tiles > 0) issue(0);
+  stage_q<KT, kRows>(p, cta, sq, reinterpret_cast<float*>(smem + p.scratch_off) + warp * 128,
+                     sign_words, tid);
+
+  // The lane's rows: M tile m, row g + 8 r of it.
+  int rr[kMT][2];
+#pragma unroll
+  for (int m = 0; m < kMT; ++m)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) rr[m][r] = cta.row0 + warp * kWarpRows + 16 * m + g + 8 * r;
+  const int64_t pq_lo = cta.first_q + cta.row0 / p.group;
+  const int64_t pq_hi = cta.first_q + (cta.row_end - 1) / p.group;
+
+  float o[kMT][kVt][4];
+#pragma unroll
+  for (int m = 0; m < kMT; ++m)
+#pragma unroll
+    for (int d = 0; d < kVt; ++d) o[m][d][0] = o[m][d][1] = o[m][d][2] = o[m][d][3] = 0.0f;
+  float mx[kMT][2], l[kMT][2];
+#pragma unroll
+  for (int m = 0; m < kMT; ++m)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[m][r] = -std::numeric_limits<float>::infinity();
+      l[m][r] = 0.0f;
+    }
+  const uint32_t sq_addr = smem_addr(sq + warp * kWarpRows * p.q_stride);
+
+  for (int64_t j = 0; j < n_tiles; ++j) {
+    cp_async_wait<0>();
+    __syncthreads();  // tile j landed for all; every warp is done with tile j - 1
+    if (j + 1 < n_tiles) issue(j + 1);
+    uint8_t* st = stage(static_cast<int>(j & 1));
+    const int64_t k0 = cta.keys.lo + j * kTileKeys;
+    if constexpr (kModeK == TileMode::raw)
+      decode_tile<KT>(st + p.k_stage_off, st + p.k_lead_off, p.k_slot, smem + p.k_dec_off,
+                      p.k_op_stride, p.dkc, p.k_div_items, tid);
+    if constexpr (kModeK == TileMode::convert)
+      convert_tile(p, p.k, cta, k0, smem + p.k_dec_off, p.k_op_stride, p.dkc, p.k_div_items, tid,
+                   &bad_input);
+    if constexpr (kModeV == TileMode::raw)
+      decode_tile<VT>(st + p.v_stage_off, st + p.v_lead_off, p.v_slot, smem + p.v_dec_off,
+                      p.v_op_stride, p.dvc, p.v_div_items, tid);
+    if constexpr (kModeV == TileMode::convert)
+      convert_tile(p, p.v, cta, k0, smem + p.v_dec_off, p.v_op_stride, p.dvc, p.v_div_items, tid,
+                   &bad_input);
+    if constexpr (kModeK != TileMode::direct || kModeV != TileMode::direct) __syncthreads();
+    const uint8_t* sk = kModeK == TileMode::direct ? st + p.k_stage_off : smem + p.k_dec_off;
+    const uint8_t* sv = kModeV == TileMode::direct ? st + p.v_stage_off : smem + p.v_dec_off;
+
+    const bool masked = prefill_tile_needs_mask(k0, cta.keys.hi, p.causal, p.window, pq_lo, pq_hi);
+    uint4 pa[kMT][4];
+    {
+      float s[kMT][8][4];
+      qk_tile<kBf16K, kMT>(s, sq_addr, smem_addr(sk), p.q_stride, p.k_op_stride, p.dkc, lane);
+#pragma unroll
+      for (int m = 0; m < kMT; ++m) {
+        score_tile(p, cta, s[m], rr[m], k0, masked, t);
+        softmax_tile<kVt>(s[m], mx[m], l[m], o[m]);
+        pack_p<kBf16V>(pa[m], s[m]);
+      }
+    }
+    if (masked || p.has_mask)
+      pv_tile<kBf16V, kMT, kVt, true>(o, pa, smem_addr(sv), p.v_op_stride, p.dvc, lane);
+    else
+      pv_tile<kBf16V, kMT, kVt, false>(o, pa, smem_addr(sv), p.v_op_stride, p.dvc, lane);
+  }
+
+  // Epilogue: each row's state finalized (sinks, empty rows), the outputs staged in shared memory
+  // per warp (rotated back for turbo V), then written row by row. A split CTA (n_splits > 1)
+  // instead writes its rows' partial states (PrefillParts) the same way: o as accumulated
+  // (storage domain, not rotated), m in natural-log units and l beside it, for
+  // prefill_merge_kernel. Bad input: NaN in out and lse (in o and l of a partial state, so that
+  // the merged row is NaN too).
+  __syncthreads();  // everyone is done with the tiles; bad_input is final
+  const bool bad = bad_input != 0, partial = p.n_splits > 1;
+  const float nan = __int_as_float(0x7fc00000);
+  float* so = reinterpret_cast<float*>(smem) + warp * kWarpRows * p.out_stride;
+  // The CTA's partial-state slot (split worked out again from blockIdx: a register held through
+  // the tile loop spilled).
+  const int x = static_cast<int>(blockIdx.x);
+  const int64_t slot = p.parts.slot(cta.seq, cta.kvh, x - fdiv(x, p.div_splits) * p.n_splits,
+                                    p.n_kv_heads, p.n_splits);
+#pragma unroll
+  for (int m = 0; m < kMT; ++m) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float lr = l[m][r];
+      lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+      lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+      const int row = rr[m][r], tok = fdiv(row, p.div_group);
+      const int qh = cta.kvh * p.group + row - tok * p.group;
+      const bool valid = row < cta.row_end;
+      const StateFinal fin = partial ? StateFinal{1.0f, 0.0f}
+                                     : state_final_exp2(mx[m][r] / kStateLog2e, lr, p.has_sinks,
+                                                        p.has_sinks && valid ? p.sinks[qh] : 0.0f);
+      float* orow = so + (16 * m + g + 8 * r) * p.out_stride;
+#pragma unroll
+      for (int d = 0; d < kVt; ++d) {
+        if (8 * d < p.dvc)
+          *reinterpret_cast<float2*>(orow + 8 * d + 2 * t) =
+              make_float2(o[m][d][2 * r] * fin.scale, o[m][d][2 * r + 1] * fin.scale);
+      }
+      if (t == 0 && valid) {
+        if (partial) {
+          float* ml = p.part + p.parts.ml_at(slot, row);
+          ml[0] = mx[m][r] / kStateLog2e;
+          ml[1] = bad ? nan : lr;
+        } else if (p.lse != nullptr) {
+          p.lse[(cta.q_row0 + tok) * p.n_q_heads + qh] = bad ? nan : fin.lse;
+        }
+      }
+    }
+  }
+  __syncwarp();
+  for (int r = 0; r < kWarpRows; ++r) {
+    const int row = cta.row0 + warp * kWarpRows + r;
+    if (row >= cta.row_end) break;
+    float* orow = so + r * p.out_stride;
+    if (partial) {
+      float4* dst = reinterpret_cast<float4*>(p.part + p.parts.o_at(slot, row));
+      for (int d4 = lane; d4 < p.dvc / 4; d4 += 32)
+        dst[d4] = bad ? make_float4(nan, nan, nan, nan) : reinterpret_cast<const float4*>(orow)[d4];
+      continue;
+    }
+    if constexpr (is_rotated(VT)) {
+      for (int g0 = 0; g0 < p.dvc; g0 += 128) inverse_rotate_group(orow + g0, lane, sign_words);
+    }
+    const int tok = fdiv(row, p.div_group), qh = cta.kvh * p.group + row - tok * p.group;
+    float* dst = p.out + ((cta.q_row0 + tok) * p.n_q_heads + qh) * p.dv;
+    for (int d = lane; d < p.dv; d += 32) dst[d] = bad ? nan : orow[d];
+  }
+}
+
+// The instance's entry points (prefill.cu's table).
+template <KvType KT, KvType VT, int DVB>
+cudaError_t prepare_prefill(size_t smem) {
+  return cudaFuncSetAttribute(prefill_kernel<KT, VT, DVB>,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+}
+template <KvType KT, KvType VT, int DVB>
+void launch_prefill(const PrefillParams& p, dim3 grid, size_t smem, cudaStream_t stream) {
+  prefill_kernel<KT, VT, DVB><<<grid, kThreads, smem, stream>>>(p);
+}
+
+}  // namespace kvflash::cuda::prefill

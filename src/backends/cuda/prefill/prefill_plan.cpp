@@ -1,0 +1,103 @@
+#include "backends/cuda/prefill/prefill_plan.hpp"
+
+#include <algorithm>
+
+namespace kvflash::cuda::prefill {
+
+namespace {
+
+constexpr int32_t round_up(int64_t x, int32_t m) {
+  return static_cast<int32_t>((x + m - 1) / m * m);
+}
+
+// Bytes of a raw row's slot: the row after a lead of up to 15 bytes (16-byte copies from the row
+// start rounded down) or 3 (4-byte copies), as decode's copy_mode reads it; an odd number of
+// 16-byte units apart so that consecutive rows start in different banks.
+constexpr int32_t raw_slot(int32_t row_bytes) {
+  int32_t s = round_up(row_bytes + 16, 16);
+  if (s % 32 == 0) s += 16;
+  return s;
+}
+
+}  // namespace
+
+int32_t prefill_dim(KvType t, int32_t d) {
+  if (traits(t).block_values == 1) return round_up(d, 16);
+  return static_cast<int32_t>(padded_values(t, d));
+}
+
+PrefillLayout prefill_layout(const AttentionProblem& p) {
+  PrefillLayout l;
+  l.dkc = prefill_dim(p.k_type, p.head_dim.k);
+  l.dvc = prefill_dim(p.v_type, p.head_dim.v);
+  l.dv_bucket = dims_bucket(l.dkc, l.dvc);
+  l.block_rows = block_rows(l.dv_bucket);
+  l.k_row_bytes = static_cast<int32_t>(row_size(p.k_type, p.head_dim.k));
+  l.v_row_bytes = static_cast<int32_t>(row_size(p.v_type, p.head_dim.v));
+  l.k_mode = tile_mode(p.k_type);
+  l.v_mode = tile_mode(p.v_type);
+  l.q_stride = 2 * l.dkc + 16;
+  l.k_op_stride = 2 * l.dkc + 16;
+  l.v_op_stride = 2 * l.dvc + 16;
+  l.k_slot = l.k_mode == TileMode::raw ? raw_slot(l.k_row_bytes) : 0;
+  l.v_slot = l.v_mode == TileMode::raw ? raw_slot(l.v_row_bytes) : 0;
+
+  int32_t off = 0;
+  l.q_off = off;
+  off += l.block_rows * l.q_stride;
+  // One stage: K's tile (operand rows, or raw slots and their leads), then V's.
+  int32_t stage = 0;
+  const auto stage_tensor = [&](TileMode mode, int32_t op_stride, int32_t slot, int32_t& data,
+                                int32_t& lead) {
+    data = off + stage;
+    if (mode == TileMode::direct) stage += kTileKeys * op_stride;
+    if (mode == TileMode::raw) {
+      stage += kTileKeys * slot;
+      lead = off + stage;
+      stage += kTileKeys;
+    }
+  };
+  stage_tensor(l.k_mode, l.k_op_stride, l.k_slot, l.k_stage_off, l.k_lead_off);
+  stage_tensor(l.v_mode, l.v_op_stride, l.v_slot, l.v_stage_off, l.v_lead_off);
+  l.stage_bytes = round_up(stage, 16);
+  off += kStages * l.stage_bytes;
+  if (l.k_mode != TileMode::direct) {
+    l.k_dec_off = off;
+    off += kTileKeys * l.k_op_stride;
+  }
+  if (l.v_mode != TileMode::direct) {
+    l.v_dec_off = off;
+    off += kTileKeys * l.v_op_stride;
+  }
+  if (is_rotated(p.k_type)) {
+    l.scratch_off = off;
+    off += kWarps * 128 * 4;
+  }
+  l.smem_main = static_cast<size_t>(off);
+  l.out_stride = l.dvc + 4;
+  l.smem_epilogue = size_t(l.block_rows) * l.out_stride * 4;
+  l.smem_total = std::max(l.smem_main, l.smem_epilogue);
+  const int64_t rows = int64_t{p.n_q_tokens} * p.group();
+  l.n_row_blocks = static_cast<int32_t>((rows + l.block_rows - 1) / l.block_rows);
+  return l;
+}
+
+int32_t prefill_splits(const AttentionProblem& p, const PrefillLayout& l, int32_t sm_count) {
+  const int64_t ctas = int64_t{l.n_row_blocks} * p.n_kv_heads * p.n_seqs;
+  if (ctas >= sm_count) return 1;
+  int64_t keys = p.kv_capacity;
+  if (p.window > 0) keys = std::min<int64_t>(keys, p.window + p.n_q_tokens);
+  const int64_t tiles = (keys + kTileKeys - 1) / kTileKeys;
+  const int64_t s = std::min<int64_t>({sm_count / ctas, tiles / kMinSplitTiles, kMaxPrefillSplits});
+  return static_cast<int32_t>(std::max<int64_t>(s, 1));
+}
+
+PrefillParts prefill_parts(const AttentionProblem& p, const PrefillLayout& l, int32_t n_splits) {
+  PrefillParts parts;
+  parts.n_slots = int64_t{p.n_seqs} * p.n_kv_heads * n_splits;
+  parts.rows = int64_t{p.n_q_tokens} * p.group();
+  parts.dvc = l.dvc;
+  return parts;
+}
+
+}  // namespace kvflash::cuda::prefill

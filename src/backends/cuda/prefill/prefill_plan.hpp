@@ -1,0 +1,175 @@
+// Host-side planning of the CUDA prefill family: the CTA's tiles, its shared-memory regions and
+// the key range each CTA visits. Pure functions of the problem, plain C++ (built without CUDA
+// too), with CPU tests (tests/backends/cuda_prefill_plan_test.cpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kvflash/problem.hpp"
+
+namespace kvflash::cuda::prefill {
+
+// One CTA: 8 warps, each owning m_tiles(dv_bucket) blocks of 16 query rows (token x head of the
+// GQA group, token-major as in decode), over tiles of 64 keys. Every K/V value a warp reads from
+// shared memory feeds all of its M tiles: two where the accumulators fit (V dims up to 128: 128
+// of them per lane), which halves the operand traffic per MMA (one M tile made the 128-dim
+// kernel shared-memory bound); one for 256 V dims.
+inline constexpr int kThreads = 256;
+inline constexpr int kWarps = kThreads / 32;
+inline constexpr int kTileKeys = 64;
+constexpr int m_tiles(int dv_bucket) {
+  return dv_bucket <= 128 ? 2 : 1;
+}
+constexpr int block_rows(int dv_bucket) {  // query rows per CTA
+  return 16 * m_tiles(dv_bucket) * kWarps;
+}
+inline constexpr int kStages = 2;  // K/V tiles in flight: the next one loads while one computes
+// The smallest call the prefill family serves (cuda.decode serves up to 8 query tokens).
+inline constexpr int32_t kMinPrefillQTokens = 9;
+inline constexpr int32_t kMaxPrefillHeadDim = 256;
+
+// How a tensor's tiles reach the MMA operand tile (16-bit rows):
+//   direct   f16 / bf16: cp.async straight into each stage's operand tile;
+//   raw      quantized: cp.async of the raw rows into the stage, then decoded on chip into one
+//            f16 operand tile;
+//   convert  f32: read and converted to f16 by the threads into that operand tile when the tile
+//            is used (f32 rows staged raw would take 4x the bytes of f16 ones: 256-dim tiles
+//            would not fit).
+enum class TileMode { direct, raw, convert };
+constexpr TileMode tile_mode(KvType t) {
+  if (t == KvType::f16 || t == KvType::bf16) return TileMode::direct;
+  return t == KvType::f32 ? TileMode::convert : TileMode::raw;
+}
+
+// The kernel instances: 128 when both computed dims are at most 128 (two M tiles per warp, 256
+// rows per CTA), else 256 (one M tile, the accumulators of 256 V dims).
+constexpr int32_t dims_bucket(int32_t dkc, int32_t dvc) {
+  return dkc <= 128 && dvc <= 128 ? 128 : 256;
+}
+
+// Shared-memory regions (byte offsets from the dynamic base, all 16-byte aligned) and strides.
+// Operand tiles have rows of the computed dims in 16-bit values plus 16 bytes, so that
+// ldmatrix's eight rows fall in distinct banks.
+struct PrefillLayout {
+  int32_t dkc = 0, dvc = 0;  // computed dims (multiples of 16): K padded to its type's blocks
+  int32_t dv_bucket = 128;   // the kernel instance (dims_bucket): its accumulators' V dims
+  int32_t k_row_bytes = 0, v_row_bytes = 0;
+  TileMode k_mode = TileMode::direct, v_mode = TileMode::direct;
+  int32_t q_stride = 0;                      // bytes per row of the Q operand tile
+  int32_t k_op_stride = 0, v_op_stride = 0;  // bytes per row of the K / V operand tiles
+  int32_t k_slot = 0, v_slot = 0;  // bytes per raw row (raw tensors): the row and its lead
+  int32_t block_rows = 0;          // query rows per CTA (block_rows(dv_bucket))
+  int32_t q_off = 0;               // Q operand tile (block_rows rows)
+  int32_t k_stage_off = 0, v_stage_off = 0, stage_bytes = 0;  // stage s at off + s * stage_bytes
+  int32_t k_lead_off = 0, v_lead_off = 0;  // per stage: one lead byte per raw row (raw)
+  int32_t k_dec_off = 0, v_dec_off = 0;    // the decoded operand tiles (raw, convert)
+  int32_t scratch_off = 0;                 // turbo K: one 128-float group per warp for Q's rotation
+  int32_t out_stride = 0;                  // floats per row of the epilogue's output staging
+  size_t smem_main = 0, smem_epilogue = 0, smem_total = 0;
+  int32_t n_row_blocks = 0;  // CTAs per (sequence, KV head)
+};
+
+// Dims the prefill kernel computes over: float types their own (every supported head dim is a
+// multiple of 16), quantized types padded to their block (turbo: the rotation's 128-value group).
+int32_t prefill_dim(KvType t, int32_t d);
+
+PrefillLayout prefill_layout(const AttentionProblem& p);
+
+// The keys a CTA of query rows [row0, row_end) visits in a sequence of `len` keys (the kernel's
+// formula, the same code): every key any of its rows may see, [lo, hi).
+struct PrefillKeyRange {
+  int64_t lo = 0, hi = 0;
+};
+KVFLASH_HD PrefillKeyRange prefill_key_range(int64_t len, int64_t capacity, int32_t n_q_tokens,
+                                             int32_t group, bool causal, int64_t window,
+                                             int32_t row0, int32_t row_end) {
+  const int64_t first_q = len - n_q_tokens;  // position of query token 0
+  const int64_t pq_lo = first_q + row0 / group, pq_hi = first_q + (row_end - 1) / group;
+  int64_t hi = len < 0 ? 0 : (len < capacity ? len : capacity);
+  if (causal && pq_hi + 1 < hi) hi = pq_hi + 1 < 0 ? 0 : pq_hi + 1;
+  int64_t lo = 0;
+  if (window > 0 && pq_lo - window + 1 > lo) lo = pq_lo - window + 1;
+  if (hi < lo) hi = lo;
+  return {lo, hi};
+}
+
+// KV splits: where the grid (row blocks x KV heads x sequences) would leave SMs idle (a short
+// chunk over a long cache: 8 CTAs for 9 query tokens of 32/8 heads), each CTA's key range is cut
+// into n_splits runs of whole tiles, one CTA each; they write partial states (o, m, l) to the
+// workspace, and prefill_merge_kernel folds them with the state rule and finalizes the rows.
+inline constexpr int32_t kMaxPrefillSplits = 64;
+inline constexpr int32_t kMinSplitTiles = 4;  // keys per split at least 4 tiles (256)
+
+// Split `split` of `n_splits` of a key range: ceil(tiles / n_splits) whole tiles from lo each
+// (the last may be shorter, trailing ones empty: lo == hi). Every split but the one holding the
+// range's end ends on a tile boundary, so no tile of a split reaches past its end.
+KVFLASH_HD PrefillKeyRange prefill_split_range(PrefillKeyRange keys, int32_t split,
+                                               int32_t n_splits) {
+  if (n_splits <= 1) return keys;
+  const int64_t tiles = (keys.hi - keys.lo + kTileKeys - 1) / kTileKeys;
+  const int64_t per = (tiles + n_splits - 1) / n_splits;
+  const int64_t lo = keys.lo + split * per * kTileKeys, hi = lo + per * kTileKeys;
+  return {lo < keys.hi ? lo : keys.hi, hi < keys.hi ? hi : keys.hi};
+}
+
+// Where the partial states live in the workspace: per (sequence, KV head, split) slot, `rows`
+// rows (n_q_tokens x group) of dvc floats of o (unnormalized, in the storage domain: rotated for
+// turbo V), then after all slots' o the (m, l) pair of each slot's rows (m in natural-log units,
+// as state.hpp's rule). All offsets in floats; o rows and the (m, l) block are 16-byte aligned
+// (dvc is a multiple of 16).
+struct PrefillParts {
+  int64_t n_slots = 0, rows = 0, dvc = 0;
+  KVFLASH_HD int64_t slot(int32_t seq, int32_t kvh, int32_t split, int32_t n_kv_heads,
+                          int32_t n_splits) const {
+    return (int64_t{seq} * n_kv_heads + kvh) * n_splits + split;
+  }
+  KVFLASH_HD int64_t o_at(int64_t slot, int64_t row) const { return (slot * rows + row) * dvc; }
+  KVFLASH_HD int64_t ml_at(int64_t slot, int64_t row) const {
+    return n_slots * rows * dvc + (slot * rows + row) * 2;
+  }
+  KVFLASH_HD int64_t floats() const { return n_slots * rows * (dvc + 2); }
+};
+
+// Sequence `seq`'s queries: their first row in q / out / lse and their count. Without ragged
+// offsets (null) every sequence has n_q_tokens, rows seq * n_q_tokens on; with them (ragged_q,
+// read on the device) rows q_offsets[seq] on, q_offsets[seq + 1] - q_offsets[seq] of them, and
+// `ok` is false where the offsets break AttentionTensors' rules for this sequence (a count outside
+// 0 .. n_q_tokens, rows outside 0 .. n_seqs * n_q_tokens): the kernel then reads and writes
+// nothing for it.
+struct SeqQueries {
+  int64_t row0 = 0;
+  int32_t len = 0;
+  bool ok = true;
+};
+KVFLASH_HD SeqQueries seq_queries(const int32_t* q_offsets, int32_t seq, int32_t n_seqs,
+                                  int32_t n_q_tokens) {
+  if (q_offsets == nullptr) return {q_row_base(nullptr, n_q_tokens, seq), n_q_tokens, true};
+  const int64_t row0 = q_row_base(q_offsets, n_q_tokens, seq);  // problem.hpp: the layout
+  const int32_t len = q_len(q_offsets, n_q_tokens, seq);
+  const bool ok =
+      row0 >= 0 && len >= 0 && len <= n_q_tokens && row0 + len <= int64_t{n_seqs} * n_q_tokens;
+  return {row0, ok ? len : 0, ok};
+}
+
+// Whether a tile of keys [k0, k0 + kTileKeys) needs the per-score visibility test for rows whose
+// positions span [pq_lo, pq_hi]: it reaches past the range's end, past the first row's diagonal,
+// or before the last row's window.
+KVFLASH_HD bool prefill_tile_needs_mask(int64_t k0, int64_t hi, bool causal, int64_t window,
+                                        int64_t pq_lo, int64_t pq_hi) {
+  if (k0 + kTileKeys > hi) return true;
+  if (causal && k0 + kTileKeys - 1 > pq_lo) return true;
+  if (window > 0 && k0 <= pq_hi - window) return true;
+  return false;
+}
+
+// KV splits for a problem on a device of `sm_count` SMs (one CTA each): 1 where the grid fills
+// them; else as many as fill one wave, while each split keeps kMinSplitTiles tiles of the
+// longest key range a CTA may walk (kv_capacity, or the window plus the chunk), at most
+// kMaxPrefillSplits.
+int32_t prefill_splits(const AttentionProblem& p, const PrefillLayout& l, int32_t sm_count);
+
+// The partial-state layout for n_splits (n_splits > 1: the workspace holds parts.floats()).
+PrefillParts prefill_parts(const AttentionProblem& p, const PrefillLayout& l, int32_t n_splits);
+
+}  // namespace kvflash::cuda::prefill

@@ -1,0 +1,309 @@
+// The CUDA prefill family's host-side plan, tested on the CPU: the shared-memory layout (regions
+// inside the CTA's budget, aligned, disjoint) for every type pair and head dim it serves, and the
+// key range and masking rule the kernel uses, against a brute-force walk of every (row, key).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "backends/cuda/prefill/prefill_plan.hpp"
+
+namespace kvflash::cuda::prefill {
+namespace {
+
+AttentionProblem problem(KvType k, KvType v, HeadDims d) {
+  AttentionProblem p;
+  p.k_type = k;
+  p.v_type = v;
+  p.head_dim = d;
+  p.n_q_tokens = 100;
+  p.kv_capacity = 1000;
+  return p;
+}
+
+struct Region {
+  int64_t lo, hi;
+};
+
+TEST(CudaPrefillLayout, RegionsAreAlignedDisjointAndFitTheDevice) {
+  for (KvType k : kAllKvTypes) {
+    for (KvType v : kAllKvTypes) {
+      for (HeadDims d : SupportedSpace::head_dims) {
+        const AttentionProblem p = problem(k, v, d);
+        const PrefillLayout l = prefill_layout(p);
+        if (l.dkc > kMaxPrefillHeadDim || l.dvc > kMaxPrefillHeadDim) continue;
+        SCOPED_TRACE(describe(p));
+        EXPECT_EQ(l.dkc % 16, 0);
+        EXPECT_EQ(l.dvc % 16, 0);
+        EXPECT_GE(l.dkc, d.k);
+        EXPECT_GE(l.dvc, d.v);
+        EXPECT_LE(l.dvc, l.dv_bucket);
+        EXPECT_LE(l.dkc, l.dv_bucket);
+        EXPECT_EQ(l.block_rows, block_rows(l.dv_bucket));
+        std::vector<Region> r = {{l.q_off, l.q_off + int64_t{l.block_rows} * l.q_stride}};
+        for (int s = 0; s < kStages; ++s) {
+          const int64_t base = int64_t{s} * l.stage_bytes;
+          const auto staged = [&](TileMode mode, int32_t op_stride, int32_t slot, int32_t data,
+                                  int32_t lead) {
+            if (mode == TileMode::direct)
+              r.push_back({base + data, base + data + int64_t{kTileKeys} * op_stride});
+            if (mode == TileMode::raw) {
+              r.push_back({base + data, base + data + int64_t{kTileKeys} * slot});
+              r.push_back({base + lead, base + lead + kTileKeys});
+            }
+          };
+          staged(l.k_mode, l.k_op_stride, l.k_slot, l.k_stage_off, l.k_lead_off);
+          staged(l.v_mode, l.v_op_stride, l.v_slot, l.v_stage_off, l.v_lead_off);
+          EXPECT_LE(base + l.stage_bytes, int64_t{l.k_stage_off} + (s + 1) * l.stage_bytes);
+        }
+        if (l.k_mode != TileMode::direct)
+          r.push_back({l.k_dec_off, l.k_dec_off + int64_t{kTileKeys} * l.k_op_stride});
+        if (l.v_mode != TileMode::direct)
+          r.push_back({l.v_dec_off, l.v_dec_off + int64_t{kTileKeys} * l.v_op_stride});
+        if (is_rotated(k)) r.push_back({l.scratch_off, l.scratch_off + kWarps * 128 * 4});
+        std::sort(r.begin(), r.end(), [](Region a, Region b) { return a.lo < b.lo; });
+        for (size_t i = 0; i < r.size(); ++i) {
+          EXPECT_EQ(r[i].lo % 16, 0) << "region " << i;
+          EXPECT_LE(r[i].hi, static_cast<int64_t>(l.smem_main));
+          if (i > 0) {
+            EXPECT_LE(r[i - 1].hi, r[i].lo) << "regions " << i - 1 << ", " << i;
+          }
+        }
+        // Operand rows: 16-byte aligned, and ldmatrix's eight rows in distinct banks.
+        for (int32_t stride : {l.q_stride, l.k_op_stride, l.v_op_stride}) {
+          EXPECT_EQ(stride % 16, 0);
+          std::vector<int> quads;  // the 16-byte bank quad each of eight rows starts in
+          for (int row = 0; row < 8; ++row) quads.push_back(row * stride / 16 % 8);
+          std::sort(quads.begin(), quads.end());
+          EXPECT_EQ(std::unique(quads.begin(), quads.end()), quads.end()) << "stride " << stride;
+        }
+        // Raw slots hold the widest lead (15 bytes) and the row.
+        if (l.k_mode == TileMode::raw) {
+          EXPECT_GE(l.k_slot, l.k_row_bytes + 15);
+        }
+        if (l.v_mode == TileMode::raw) {
+          EXPECT_GE(l.v_slot, l.v_row_bytes + 15);
+        }
+        EXPECT_GE(l.smem_total, l.smem_epilogue);
+        // The whole CTA fits the Hopper opt-in limit (227 KB) with its static shared memory.
+        EXPECT_LE(l.smem_total + 256, size_t{227} * 1024);
+      }
+    }
+  }
+}
+
+TEST(CudaPrefillLayout, RowBlocksCoverEveryRowOfTheGroup) {
+  AttentionProblem p = problem(KvType::f16, KvType::f16, {128, 128});
+  p.n_q_heads = 32;
+  p.n_kv_heads = 8;
+  for (int32_t n : {9, 31, 32, 33, 1000, 2048}) {
+    p.n_q_tokens = n;
+    const int64_t rows = int64_t{n} * 4;
+    const int64_t br = prefill_layout(p).block_rows;
+    EXPECT_EQ(prefill_layout(p).n_row_blocks, (rows + br - 1) / br) << n;
+  }
+}
+
+// Brute force: every key that any row of [row0, row_end) sees.
+PrefillKeyRange visible_keys(int64_t len, int64_t cap, int32_t n_q, int32_t group, bool causal,
+                             int64_t window, int32_t row0, int32_t row_end) {
+  int64_t lo = INT64_MAX, hi = INT64_MIN;
+  for (int32_t r = row0; r < row_end; ++r) {
+    const int64_t pq = len - n_q + r / group;
+    for (int64_t k = 0; k < std::min(len, cap); ++k) {
+      if (causal && k > pq) continue;
+      if (window > 0 && pq - k >= window) continue;
+      lo = std::min(lo, k);
+      hi = std::max(hi, k + 1);
+    }
+  }
+  return {lo, hi};
+}
+
+TEST(CudaPrefillKeys, RangeHoldsEveryVisibleKeyAndNoWholeTileOfHiddenOnes) {
+  for (bool causal : {false, true}) {
+    for (int64_t window : {int64_t{0}, int64_t{1}, int64_t{37}, int64_t{200}}) {
+      for (int32_t group : {1, 4}) {
+        for (int32_t n_q : {9, 50, 300}) {
+          for (int64_t len : {int64_t{5}, int64_t{n_q}, int64_t{n_q} + 77, int64_t{900}}) {
+            const int32_t rows = n_q * group;
+            for (int32_t row0 = 0; row0 < rows; row0 += block_rows(128)) {
+              const int32_t row_end = std::min(rows, row0 + block_rows(128));
+              const PrefillKeyRange got =
+                  prefill_key_range(len, 1000, n_q, group, causal, window, row0, row_end);
+              const PrefillKeyRange want =
+                  visible_keys(len, 1000, n_q, group, causal, window, row0, row_end);
+              SCOPED_TRACE(testing::Message()
+                           << "causal " << causal << " window " << window << " group " << group
+                           << " n_q " << n_q << " len " << len << " row0 " << row0);
+              EXPECT_LE(got.lo, got.hi);
+              if (want.lo > want.hi) continue;  // no row sees a key: any empty or masked range
+              EXPECT_EQ(got.hi, want.hi);
+              EXPECT_EQ(got.lo, want.lo);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaPrefillKeys, LengthsOutsideTheCacheReadNothingPastIt) {
+  const PrefillKeyRange past = prefill_key_range(5000, 1000, 16, 1, false, 0, 0, 16);
+  EXPECT_EQ(past.hi, 1000);
+  const PrefillKeyRange negative = prefill_key_range(-7, 1000, 16, 1, true, 0, 0, 16);
+  EXPECT_EQ(negative.hi, 0);
+  EXPECT_LE(negative.lo, negative.hi);
+}
+
+// A tile the rule leaves unmasked has every (row, key) visible.
+TEST(CudaPrefillKeys, UnmaskedTilesHaveNoHiddenScore) {
+  for (bool causal : {false, true}) {
+    for (int64_t window : {int64_t{0}, int64_t{100}, int64_t{500}}) {
+      const int64_t hi = 1900;
+      for (int64_t pq_lo : {int64_t{700}, int64_t{1200}}) {
+        const int64_t pq_hi = pq_lo + 31;
+        int masked = 0;
+        for (int64_t k0 = 0; k0 < hi; k0 += 7) {
+          if (prefill_tile_needs_mask(k0, hi, causal, window, pq_lo, pq_hi)) {
+            ++masked;
+            continue;
+          }
+          for (int64_t pq = pq_lo; pq <= pq_hi; ++pq)
+            for (int64_t k = k0; k < k0 + kTileKeys; ++k) {
+              ASSERT_LT(k, hi);
+              if (causal) {
+                ASSERT_LE(k, pq);
+              }
+              if (window > 0) {
+                ASSERT_LT(pq - k, window);
+              }
+            }
+        }
+        EXPECT_GT(masked, 0);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvflash::cuda::prefill
+
+namespace kvflash::cuda::prefill {
+namespace {
+
+TEST(CudaPrefillQueries, RowsOfEachSequenceDenseAndRagged) {
+  const SeqQueries dense = seq_queries(nullptr, 3, 5, 100);
+  EXPECT_EQ(dense.row0, 300);
+  EXPECT_EQ(dense.len, 100);
+  EXPECT_TRUE(dense.ok);
+  const int32_t offsets[] = {0, 0, 1, 8, 108, 140};
+  const int32_t want_len[] = {0, 1, 7, 100, 32};
+  for (int32_t s = 0; s < 5; ++s) {
+    const SeqQueries q = seq_queries(offsets, s, 5, 100);
+    EXPECT_TRUE(q.ok) << s;
+    EXPECT_EQ(q.row0, offsets[s]) << s;
+    EXPECT_EQ(q.len, want_len[s]) << s;
+  }
+}
+
+TEST(CudaPrefillQueries, OffsetsBreakingTheRulesMarkTheSequence) {
+  // A count above n_q_tokens, a decreasing step, a negative start, rows past n_seqs * n_q_tokens.
+  const int32_t too_many[] = {0, 11, 12};
+  EXPECT_FALSE(seq_queries(too_many, 0, 2, 10).ok);
+  EXPECT_TRUE(seq_queries(too_many, 1, 2, 10).ok);
+  const int32_t decreasing[] = {0, 5, 3};
+  EXPECT_FALSE(seq_queries(decreasing, 1, 2, 10).ok);
+  const int32_t negative[] = {-4, 2, 3};
+  EXPECT_FALSE(seq_queries(negative, 0, 2, 10).ok);
+  // Counts within 0 .. 20, but sequence 1's rows end at 45, past the 2 x 20 rows a caller holds.
+  const int32_t past_end[] = {25, 30, 45};
+  EXPECT_TRUE(seq_queries(past_end, 0, 2, 20).ok);
+  EXPECT_FALSE(seq_queries(past_end, 1, 2, 20).ok);
+  // A sequence with bad offsets has no rows.
+  EXPECT_EQ(seq_queries(past_end, 1, 2, 20).len, 0);
+}
+
+// The splits of a key range: in order, disjoint, covering it exactly, every split but the one
+// holding the range's end ending on a tile boundary (so no tile crosses into the next split).
+TEST(CudaPrefillSplits, RangesPartitionTheKeysInWholeTiles) {
+  for (int64_t lo : {int64_t{0}, int64_t{37}, int64_t{4096}}) {
+    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{63}, int64_t{64}, int64_t{65}, int64_t{1000},
+                      int64_t{131072} + 5}) {
+      for (int32_t splits : {1, 2, 3, 7, 16, 64}) {
+        const PrefillKeyRange keys{lo, lo + n};
+        int64_t next = lo, nonempty = 0;
+        for (int32_t s = 0; s < splits; ++s) {
+          const PrefillKeyRange r = prefill_split_range(keys, s, splits);
+          ASSERT_EQ(r.lo, next) << "lo " << lo << " n " << n << " split " << s << "/" << splits;
+          ASSERT_LE(r.lo, r.hi);
+          if (r.hi != keys.hi) {
+            EXPECT_EQ((r.hi - keys.lo) % kTileKeys, 0);
+          }
+          nonempty += r.hi > r.lo;
+          next = r.hi;
+        }
+        EXPECT_EQ(next, keys.hi);
+        EXPECT_LE(nonempty, splits);
+      }
+    }
+  }
+}
+
+TEST(CudaPrefillSplits, OnlyGridsSmallerThanTheDeviceSplit) {
+  AttentionProblem p = problem(KvType::q8_0, KvType::q8_0, {128, 128});
+  p.n_q_heads = 32;
+  p.n_kv_heads = 8;
+  p.causal = true;
+  p.kv_capacity = 131072;
+  // 9 queries of 32/8 heads: 36 rows, one row block per KV head, 8 CTAs on 132 SMs.
+  p.n_q_tokens = 9;
+  EXPECT_EQ(prefill_splits(p, prefill_layout(p), 132), 16);
+  // 2048 queries: 8192 rows, 32 row blocks x 8 heads fill the device.
+  p.n_q_tokens = 2048;
+  EXPECT_EQ(prefill_splits(p, prefill_layout(p), 132), 1);
+  // A short cache keeps kMinSplitTiles tiles per split.
+  p.n_q_tokens = 9;
+  p.kv_capacity = 8 * kTileKeys;
+  EXPECT_EQ(prefill_splits(p, prefill_layout(p), 132), 8 / kMinSplitTiles);
+  p.kv_capacity = kTileKeys;
+  EXPECT_EQ(prefill_splits(p, prefill_layout(p), 132), 1);
+  // A window bounds the keys a CTA walks, whatever the capacity.
+  p.kv_capacity = 1 << 20;
+  p.window = 1024 - 9;
+  EXPECT_EQ(prefill_splits(p, prefill_layout(p), 132), 1024 / kTileKeys / kMinSplitTiles);
+  // One CTA on a large device: capped.
+  p.window = 0;
+  p.n_kv_heads = 1;
+  p.n_q_heads = 1;
+  EXPECT_EQ(prefill_splits(p, prefill_layout(p), 1000), kMaxPrefillSplits);
+}
+
+TEST(CudaPrefillSplits, PartialStatesHaveDisjointAlignedPlaces) {
+  AttentionProblem p = problem(KvType::turbo3, KvType::turbo3, {128, 128});
+  p.n_seqs = 3;
+  p.n_q_heads = 8;
+  p.n_kv_heads = 2;
+  p.n_q_tokens = 5;
+  const PrefillLayout l = prefill_layout(p);
+  const int32_t splits = 3;
+  const PrefillParts parts = prefill_parts(p, l, splits);
+  EXPECT_EQ(parts.rows, 20);
+  std::vector<int> used(static_cast<size_t>(parts.floats()), 0);
+  for (int32_t seq = 0; seq < p.n_seqs; ++seq)
+    for (int32_t kvh = 0; kvh < p.n_kv_heads; ++kvh)
+      for (int32_t s = 0; s < splits; ++s)
+        for (int64_t row = 0; row < parts.rows; ++row) {
+          const int64_t slot = parts.slot(seq, kvh, s, p.n_kv_heads, splits);
+          const int64_t o = parts.o_at(slot, row), ml = parts.ml_at(slot, row);
+          EXPECT_EQ(o % 4, 0);  // 16-byte float4 rows
+          for (int64_t i = 0; i < parts.dvc; ++i) ++used[static_cast<size_t>(o + i)];
+          ++used[static_cast<size_t>(ml)];
+          ++used[static_cast<size_t>(ml + 1)];
+        }
+  EXPECT_TRUE(std::all_of(used.begin(), used.end(), [](int u) { return u == 1; }));
+}
+
+}  // namespace
+}  // namespace kvflash::cuda::prefill
