@@ -3,9 +3,10 @@
 # what to install when it cannot. Safe to run again: it installs only what is missing.
 set -euo pipefail
 
-# clang: the "asan" preset (scripts/test.sh --asan) builds with it; pkg-config: the install test.
+# clang: the "asan" preset (scripts/test.sh --asan) builds with it; pkg-config: the install test;
+# libopenblas-dev: kvflash-run's matrix products (tools/run).
 packages=(cmake g++ make clang pkg-config libgtest-dev libgmock-dev libfmt-dev nlohmann-json3-dev
-          libcli11-dev)
+          libcli11-dev libopenblas-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,87 @@
+// kvflash-run's command line (issue 41), in-process: a byte-token model generates from a text
+// prompt in chunks with a quantized cache and reports tokens/s; the same tokens come with
+// --tokens; and the errors: no model file, a text prompt for a model whose tokens are not bytes,
+// a context too small, a bad cache type.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#if defined(KVFLASH_RUN_MODEL)
+#include "run/cli.hpp"
+#include "run_test_model.hpp"
+
+namespace kvflash::tools::run {
+namespace {
+
+struct Result {
+  int code;
+  std::string out, err;
+};
+
+Result run_with(std::vector<std::string> args) {
+  args.insert(args.begin(), "kvflash-run");
+  std::vector<const char*> argv;
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  std::ostringstream out, err;
+  const int code = run_cli(static_cast<int>(argv.size()), argv.data(), out, err);
+  return {code, out.str(), err.str()};
+}
+
+std::string write_model(bool byte_tokens, const std::string& name) {
+  testing::Shape s;
+  s.vocab = 256;
+  const std::vector<uint8_t> b =
+      testing::to_gguf(testing::random_model(s, 5), GgmlType::f16, byte_tokens);
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+  return path;
+}
+
+TEST(RunCli, GeneratesFromATextPromptAndReportsTokensPerSecond) {
+  const std::string path = write_model(true, "kvflash_run_cli_bytes.gguf");
+  const Result r = run_with({"-m", path, "-p", "hello, kvflash", "-n", "6", "-b", "5", "-ctk",
+                             "q8_0", "-ctv", "q4_0", "--no-progress", "-t", "1"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("prefill: 14 tokens"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("decode: 5 tokens"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("KV cache q8_0 / q4_0"), std::string::npos) << r.err;
+  EXPECT_FALSE(r.out.empty());
+  // The prompt as ids: the same generation.
+  std::string ids;
+  for (unsigned char ch : std::string("hello, kvflash")) ids += std::to_string(ch) + ",";
+  ids.pop_back();
+  const Result t = run_with({"-m", path, "--tokens", ids, "-n", "6", "-ctk", "q8_0", "-ctv", "q4_0",
+                             "--no-progress", "-t", "1"});
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_EQ(t.out, r.out);
+  std::remove(path.c_str());
+}
+
+TEST(RunCli, RefusesWhatItCannotRun) {
+  const std::string path = write_model(false, "kvflash_run_cli_ids.gguf");
+  Result r = run_with({"-m", path, "-p", "text"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("--tokens"), std::string::npos) << r.err;
+  r = run_with({"-m", path, "--tokens", "1,2,3", "-n", "4", "-c", "5"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("-c 5"), std::string::npos) << r.err;
+  r = run_with({"-m", path, "--tokens", "1,2", "-ctk", "q5_9"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("q5_9"), std::string::npos) << r.err;
+  r = run_with({"-m", path, "--tokens", "1,999"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("999"), std::string::npos) << r.err;
+  std::remove(path.c_str());
+  r = run_with({"-m", path, "--tokens", "1"});
+  EXPECT_EQ(r.code, kExitFailed);
+  EXPECT_NE(r.err.find("cannot open"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace kvflash::tools::run
+#endif  // KVFLASH_RUN_MODEL

@@ -1,0 +1,196 @@
+#include "run/cli.hpp"
+
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "common/cli_parse.hpp"
+#include "common/progress.hpp"
+#include "run/gguf.hpp"
+#include "run/model.hpp"
+
+namespace kvflash::tools::run {
+namespace {
+
+struct Args {
+  std::string model, prompt, tokens, ctk = "f16", ctv, context, threads = "0";
+  std::string n_predict = "32", chunk = "512";
+  bool no_progress = false;
+};
+
+// Whether the model's tokens are bytes (the project's own models: tokenizer.ggml.model "bytes"
+// and 256 or more tokens), so that -p text can be fed as its UTF-8 bytes.
+bool byte_tokens(const GgufFile& f, const LlamaConfig& c) {
+  const GgufValue* t = f.find("tokenizer.ggml.model");
+  return t != nullptr && t->type == GgufValueType::string && t->s == "bytes" && c.n_vocab >= 256;
+}
+
+std::string show_token(int32_t id, bool bytes) {
+  if (!bytes) return fmt::format("{} ", id);
+  if (id >= 32 && id < 127) return std::string(1, static_cast<char>(id));
+  if (id == '\n') return "\n";
+  return fmt::format("<0x{:02x}>", id);
+}
+
+int argmax(const float* x, int32_t n) {
+  return static_cast<int>(std::max_element(x, x + n) - x);
+}
+
+}  // namespace
+
+int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  CLI::App app{
+      "kvflash-run: a Llama-architecture GGUF model with kvflash attention over a compressed KV "
+      "cache: prefill a prompt, generate greedily, report tokens/s",
+      "kvflash-run"};
+  Args a;
+  app.add_option("-m,--model", a.model, "GGUF model file (llama architecture)")
+      ->required()
+      ->type_name("FILE");
+  app.add_option("-p,--prompt", a.prompt,
+                 "prompt text, fed as bytes (models whose tokens are bytes, such as the project's "
+                 "own; tokenizer.ggml.model = \"bytes\")")
+      ->type_name("TEXT");
+  app.add_option("--tokens", a.tokens, "prompt as token ids, comma-separated (any model)")
+      ->type_name("IDS");
+  app.add_option("-n,--n-predict", a.n_predict, "tokens to generate (greedy)")->type_name("N");
+  app.add_option("--ctk,--cache-type-k", a.ctk,
+                 "-ctk: K cache type, or one per layer comma-separated (default f16)")
+      ->type_name("TYPE");
+  app.add_option("--ctv,--cache-type-v", a.ctv, "-ctv: V cache type(s) (default: as -ctk)")
+      ->type_name("TYPE");
+  app.add_option("-c,--ctx-size", a.context,
+                 "KV cache capacity in tokens (default: prompt + generated)")
+      ->type_name("N");
+  app.add_option("-b,--batch-size", a.chunk, "prompt tokens per prefill call (default 512)")
+      ->type_name("N");
+  app.add_option("-t,--threads", a.threads, "CPU threads for attention (default: all)")
+      ->type_name("N");
+  app.add_flag("--no-progress", a.no_progress, "no progress line on stderr");
+  const std::vector<std::string> args = llama_style_args(argc, argv);
+  std::vector<const char*> ptrs;
+  for (const std::string& s : args) ptrs.push_back(s.c_str());
+  try {
+    app.parse(static_cast<int>(ptrs.size()), ptrs.data());
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e, out, err);
+    return code == 0 ? 0 : kExitUsage;
+  }
+  const auto usage = [&](const std::string& msg) {
+    err << "kvflash-run: " << msg << "\n";
+    return kExitUsage;
+  };
+  const auto failed = [&](const std::string& msg) {
+    err << "kvflash-run: " << msg << "\n";
+    return kExitFailed;
+  };
+
+  Expected<int64_t> n_predict = parse_int("-n", a.n_predict, 0, 1 << 24);
+  if (!n_predict) return usage(n_predict.error().message);
+  Expected<int64_t> chunk = parse_int("-b", a.chunk, 1, 1 << 20);
+  if (!chunk) return usage(chunk.error().message);
+  Expected<int64_t> threads = parse_int("-t", a.threads, 0, 4096);
+  if (!threads) return usage(threads.error().message);
+  Expected<std::vector<KvType>> ctk = parse_types("-ctk", a.ctk);
+  if (!ctk) return usage(ctk.error().message);
+  Expected<std::vector<KvType>> ctv = parse_types("-ctv", a.ctv.empty() ? a.ctk : a.ctv);
+  if (!ctv) return usage(ctv.error().message);
+
+  Expected<GgufFile> file = open_gguf(a.model);
+  if (!file) return failed(file.error().message);
+  const auto t_load = std::chrono::steady_clock::now();
+  Expected<LlamaModel> model = load_llama(*file);
+  if (!model) return failed(model.error().message);
+  const LlamaConfig& c = model->config;
+  const bool bytes = byte_tokens(*file, c);
+
+  std::vector<int32_t> prompt;
+  if (!a.prompt.empty() && !a.tokens.empty()) return usage("give -p or --tokens, not both");
+  if (!a.prompt.empty()) {
+    if (!bytes) {
+      const GgufValue* t = file->find("tokenizer.ggml.model");
+      return usage(fmt::format(
+          "this model's tokenizer ('{}') is not one kvflash-run implements (it feeds bytes to "
+          "byte-token models only): give the prompt as token ids with --tokens",
+          t != nullptr && t->type == GgufValueType::string ? t->s : "none"));
+    }
+    for (unsigned char ch : a.prompt) prompt.push_back(ch);
+  } else if (!a.tokens.empty()) {
+    Expected<std::vector<int64_t>> ids = parse_int_list("--tokens", a.tokens);
+    if (!ids) return usage(ids.error().message);
+    for (int64_t id : *ids) {
+      if (id >= c.n_vocab)
+        return usage(
+            fmt::format("--tokens: id {} is outside the vocabulary 0 .. {}", id, c.n_vocab - 1));
+      prompt.push_back(static_cast<int32_t>(id));
+    }
+  }
+  if (prompt.empty()) return usage("no prompt: give -p TEXT or --tokens IDS");
+
+  int64_t capacity = static_cast<int64_t>(prompt.size()) + *n_predict;
+  if (!a.context.empty()) {
+    Expected<int64_t> ctx = parse_int("-c", a.context, 1, int64_t{1} << 32);
+    if (!ctx) return usage(ctx.error().message);
+    if (*ctx < capacity)
+      return usage(
+          fmt::format("-c {} holds fewer tokens than the prompt and the generated ones "
+                      "({})",
+                      *ctx, capacity));
+    capacity = *ctx;
+  }
+  Expected<LlamaSession> session =
+      LlamaSession::create(*model, *ctk, *ctv, capacity, static_cast<int32_t>(*threads));
+  if (!session) return usage(session.error().message);
+  const double load_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
+  err << fmt::format(
+      "kvflash-run: {} layers, {} heads / {} KV heads of {}, vocab {}, loaded in {:.2f} s; KV "
+      "cache {} / {} for {} tokens\n",
+      c.n_layer, c.n_head, c.n_head_kv, c.head_dim, c.n_vocab, load_s, to_string((*ctk)[0]),
+      to_string((*ctv)[0]), capacity);
+
+  // Prefill in chunks, with a progress line on long prompts.
+  std::vector<float> last;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto n_chunks = static_cast<int64_t>((prompt.size() + size_t(*chunk) - 1) / size_t(*chunk));
+  Progress progress(n_chunks, !a.no_progress);
+  for (size_t at = 0; at < prompt.size(); at += static_cast<size_t>(*chunk)) {
+    const size_t end = std::min(prompt.size(), at + static_cast<size_t>(*chunk));
+    Expected<std::vector<float>> l = session->forward(
+        std::vector<int32_t>(prompt.begin() + int64_t(at), prompt.begin() + int64_t(end)), false);
+    if (!l) return failed(l.error().message);
+    last = std::move(*l);
+    progress.step(fmt::format("prefill {} / {} tokens", end, prompt.size()));
+  }
+  progress.finish();
+  const double prefill_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  // Greedy decode.
+  std::string shown;
+  const auto t1 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < *n_predict; ++i) {
+    const int32_t next = argmax(last.data(), c.n_vocab);
+    shown += show_token(next, bytes);
+    if (i + 1 == *n_predict) break;
+    Expected<std::vector<float>> l = session->forward({next}, false);
+    if (!l) return failed(l.error().message);
+    last = std::move(*l);
+  }
+  const double decode_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  out << shown << "\n";
+  const int64_t decoded = std::max<int64_t>(*n_predict - 1, 0);
+  err << fmt::format("prefill: {} tokens in {:.1f} ms ({:.1f} tokens/s)\n", prompt.size(),
+                     prefill_s * 1e3, static_cast<double>(prompt.size()) / prefill_s);
+  if (decoded > 0)
+    err << fmt::format("decode: {} tokens in {:.1f} ms ({:.1f} tokens/s)\n", decoded,
+                       decode_s * 1e3, static_cast<double>(decoded) / decode_s);
+  return 0;
+}
+
+}  // namespace kvflash::tools::run
