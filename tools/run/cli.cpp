@@ -5,6 +5,8 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,7 +20,7 @@ namespace {
 
 struct Args {
   std::string model, prompt, tokens, ctk = "f16", ctv, context, threads = "0";
-  std::string n_predict = "32", chunk = "512";
+  std::string n_predict = "32", chunk = "512", logits;
   bool no_progress = false;
 };
 
@@ -70,6 +72,10 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       ->type_name("N");
   app.add_option("-t,--threads", a.threads, "CPU threads for attention (default: all)")
       ->type_name("N");
+  app.add_option("--logits", a.logits,
+                 "write the logits of every prompt token to FILE (f32, prompt tokens x vocab, "
+                 "little-endian): for cross-checks and KL divergence")
+      ->type_name("FILE");
   app.add_flag("--no-progress", a.no_progress, "no progress line on stderr");
   const std::vector<std::string> args = llama_style_args(argc, argv);
   std::vector<const char*> ptrs;
@@ -153,6 +159,11 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       c.n_layer, c.n_head, c.n_head_kv, c.head_dim, c.n_vocab, load_s, to_string((*ctk)[0]),
       to_string((*ctv)[0]), capacity);
 
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> dump(nullptr, std::fclose);
+  if (!a.logits.empty()) {
+    dump.reset(std::fopen(a.logits.c_str(), "wb"));
+    if (dump == nullptr) return failed(fmt::format("cannot write '{}'", a.logits));
+  }
   // Prefill in chunks, with a progress line on long prompts.
   std::vector<float> last;
   const auto t0 = std::chrono::steady_clock::now();
@@ -161,9 +172,15 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   for (size_t at = 0; at < prompt.size(); at += static_cast<size_t>(*chunk)) {
     const size_t end = std::min(prompt.size(), at + static_cast<size_t>(*chunk));
     Expected<std::vector<float>> l = session->forward(
-        std::vector<int32_t>(prompt.begin() + int64_t(at), prompt.begin() + int64_t(end)), false);
+        std::vector<int32_t>(prompt.begin() + int64_t(at), prompt.begin() + int64_t(end)),
+        dump != nullptr);
     if (!l) return failed(l.error().message);
-    last = std::move(*l);
+    if (dump != nullptr) {
+      std::fwrite(l->data(), sizeof(float), l->size(), dump.get());
+      last.assign(l->end() - c.n_vocab, l->end());
+    } else {
+      last = std::move(*l);
+    }
     progress.step(fmt::format("prefill {} / {} tokens", end, prompt.size()));
   }
   progress.finish();
