@@ -49,7 +49,8 @@ TEST(RunCli, GeneratesFromATextPromptAndReportsTokensPerSecond) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("prefill: 14 tokens"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("decode: 5 tokens"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("KV cache q8_0 / q4_0"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("KV cache q8_0 / q4_0 (8.500 / 4.500 bits per value)"), std::string::npos)
+      << r.err;
   EXPECT_FALSE(r.out.empty());
   // The prompt as ids: the same generation.
   std::string ids;

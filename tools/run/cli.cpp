@@ -155,9 +155,10 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
   err << fmt::format(
       "kvflash-run: {} layers, {} heads / {} KV heads of {}, vocab {}, loaded in {:.2f} s; KV "
-      "cache {} / {} for {} tokens\n",
+      "cache {} / {} ({:.3f} / {:.3f} bits per value) for {} tokens\n",
       c.n_layer, c.n_head, c.n_head_kv, c.head_dim, c.n_vocab, load_s, to_string((*ctk)[0]),
-      to_string((*ctv)[0]), capacity);
+      to_string((*ctv)[0]), 8.0 * bytes_per_value((*ctk)[0], c.head_dim),
+      8.0 * bytes_per_value((*ctv)[0], c.head_dim), capacity);
 
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> dump(nullptr, std::fclose);
   if (!a.logits.empty()) {

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""The model-level checks of a KV cache type (issue 41 point 3), through kvflash-run:
+
+- needle retrieval: documents of the training distribution (scripts/model/train.py) whose fact
+  sits at spread depths of a D-byte context, then the question; the code word must come back
+  exactly (greedy), N needles per depth;
+- KL divergence of the next-token distributions against the f16 cache over one long generated
+  text (mean and 99th percentile over tokens), and the top-1 agreement.
+
+One table row per KV type (K = V), with its bits per value as kvflash-run reports them.
+
+    scripts/model/check.py build/cpu/tools/run/kvflash-run models/needle.gguf \\
+        [--types f16,q8_0,q4_0,turbo4,turbo3,turbo2] [--depths 1024,4096,16384,32768] \\
+        [--needles 20] [--kld-bytes 8192]
+
+Plain Python (no NumPy): the logits files are read with the array module.
+"""
+
+import argparse
+import array
+import math
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import needle_text  # noqa: E402  (the training text's generator; no PyTorch needed)
+
+
+def run(binary, model, kv, prompt, n, extra=()):
+    cmd = [binary, "-m", model, "-p", prompt, "-n", str(n), "-ctk", kv, "-ctv", kv,
+           "--no-progress", *extra]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:8])} ...: {r.stderr.strip()}")
+    return r.stdout.rstrip("\n"), r.stderr
+
+
+def bits(stderr):
+    m = re.search(r"\(([0-9.]+) / ([0-9.]+) bits per value\)", stderr)
+    return float(m.group(1)) if m else float("nan")
+
+
+def needle_prompt(rng, depth, fraction):
+    """A document of about `depth` bytes: the asked fact at `fraction` of it, two distractor facts
+    elsewhere, then the question. Returns (prompt, code word)."""
+    keys = rng.sample(needle_text.KEYS, 3)
+    codes = [needle_text.code_word(rng) for _ in keys]
+    facts = [needle_text.fact(k, c) for k, c in zip(keys, codes)]
+    body = needle_text.filler(rng, max(0, depth - sum(len(f) for f in facts)))
+    cuts = [int(fraction * len(body)), rng.randint(0, len(body)), rng.randint(0, len(body))]
+    pieces = sorted(zip(cuts, facts), key=lambda x: x[0])
+    text, prev = "", 0
+    for cut, f in pieces:
+        text += body[prev:cut] + f
+        prev = cut
+    text += body[prev:] + needle_text.question(keys[0])
+    return text, codes[0]
+
+
+def log_softmax(row):
+    m = max(row)
+    s = math.log(sum(math.exp(x - m) for x in row))
+    return [x - m - s for x in row]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("kvflash_run")
+    ap.add_argument("model")
+    ap.add_argument("--types", default="f16,q8_0,q4_0,turbo4,turbo3,turbo2")
+    ap.add_argument("--depths", default="1024,4096,16384,32768")
+    ap.add_argument("--needles", type=int, default=20)
+    ap.add_argument("--kld-bytes", type=int, default=8192)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--threads", default="0")
+    a = ap.parse_args()
+    types = a.types.split(",")
+    depths = [int(d) for d in a.depths.split(",")]
+    extra = ("-t", a.threads)
+
+    # The same prompts for every type.
+    rng = random.Random(a.seed)
+    needles = {d: [needle_prompt(rng, d, (i + 0.5) / a.needles) for i in range(a.needles)]
+               for d in depths}
+    kld_text, _ = needle_text.document(rng, a.kld_bytes)
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        ref_path = os.path.join(tmp, "f16.f32")
+        run(a.kvflash_run, a.model, "f16", kld_text, 1, extra + ("--logits", ref_path))
+        ref = array.array("f")
+        with open(ref_path, "rb") as f:
+            ref.frombytes(f.read())
+        vocab = len(ref) // len(kld_text.encode())
+        for kv in types:
+            found = {}
+            bpv = float("nan")
+            for d in depths:
+                ok = 0
+                for prompt, code in needles[d]:
+                    out, err = run(a.kvflash_run, a.model, kv, prompt, len(code), extra)
+                    bpv = bits(err)
+                    ok += out.startswith(code)
+                found[d] = ok
+            path = os.path.join(tmp, f"{kv}.f32")
+            run(a.kvflash_run, a.model, kv, kld_text, 1, extra + ("--logits", path))
+            got = array.array("f")
+            with open(path, "rb") as f:
+                got.frombytes(f.read())
+            kls, agree = [], 0
+            for t in range(len(ref) // vocab):
+                p = log_softmax(ref[t * vocab:(t + 1) * vocab])
+                q = log_softmax(got[t * vocab:(t + 1) * vocab])
+                kls.append(sum(math.exp(pi) * (pi - qi) for pi, qi in zip(p, q)))
+                agree += max(range(vocab), key=p.__getitem__) == max(range(vocab), key=q.__getitem__)
+            kls.sort()
+            rows.append((kv, bpv, found, sum(kls) / len(kls), kls[int(0.99 * (len(kls) - 1))],
+                         agree / len(kls)))
+            print(f"{kv}: done", file=sys.stderr, flush=True)
+
+    head = " | ".join(f"needle @{d}" for d in depths)
+    print(f"| KV type | bits/value | {head} | KL mean | KL p99 | top-1 agree |")
+    print("|---|---:|" + "---:|" * len(depths) + "---:|---:|---:|")
+    for kv, bpv, found, kl_mean, kl_p99, agree in rows:
+        cells = " | ".join(f"{found[d]}/{a.needles}" for d in depths)
+        print(f"| {kv} | {bpv:.3f} | {cells} | {kl_mean:.2e} | {kl_p99:.2e} | {agree:.4f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
