@@ -260,6 +260,29 @@ Expected<LlamaSession> LlamaSession::create(const LlamaModel& m, std::vector<KvT
   return s;
 }
 
+Expected<const Plan*> LlamaSession::attention_plan(int64_t n, KvType k, KvType v) {
+  const auto key = std::make_tuple(n, k, v);
+  if (auto it = plans_.find(key); it != plans_.end()) return &it->second;
+  const LlamaConfig& c = m_->config;
+  AttentionProblem p;
+  p.n_seqs = 1;
+  p.n_q_tokens = static_cast<int32_t>(n);
+  p.n_q_heads = c.n_head;
+  p.n_kv_heads = c.n_head_kv;
+  p.head_dim = {c.head_dim, c.head_dim};
+  p.k_type = k;
+  p.v_type = v;
+  p.kv_capacity = capacity_;
+  p.causal = true;
+  PlanOptions opt;
+  opt.n_threads = n_threads_;
+  opt.select.backend = Backend::cpu;
+  Expected<Plan> pl = kvflash::plan(p, opt);
+  if (!pl) return pl.error();
+  workspace_.resize(std::max(workspace_.size(), pl->workspace_bytes));
+  return &plans_.emplace(key, std::move(*pl)).first->second;
+}
+
 Expected<std::vector<float>> LlamaSession::forward(const std::vector<int32_t>& ids,
                                                    bool all_logits) {
   const LlamaConfig& c = m_->config;
@@ -281,7 +304,6 @@ Expected<std::vector<float>> LlamaSession::forward(const std::vector<int32_t>& i
     std::memcpy(x.data() + t * e, m_->tok_embd.data.data() + int64_t{ids[size_t(t)]} * e,
                 static_cast<size_t>(e) * sizeof(float));
 
-  std::vector<uint8_t> workspace;
   const int64_t len = pos_ + n;
   for (size_t l = 0; l < m_->layers.size(); ++l) {
     const LlamaLayer& L = m_->layers[l];
@@ -298,22 +320,8 @@ Expected<std::vector<float>> LlamaSession::forward(const std::vector<int32_t>& i
     quantize_rows(lc.v_type, v.data(), n * c.n_head_kv, hd,
                   lc.v.data() + static_cast<size_t>(pos_ * c.n_head_kv) * vb);
 
-    AttentionProblem p;
-    p.n_seqs = 1;
-    p.n_q_tokens = static_cast<int32_t>(n);
-    p.n_q_heads = c.n_head;
-    p.n_kv_heads = c.n_head_kv;
-    p.head_dim = {c.head_dim, c.head_dim};
-    p.k_type = lc.k_type;
-    p.v_type = lc.v_type;
-    p.kv_capacity = capacity_;
-    p.causal = true;
-    PlanOptions opt;
-    opt.n_threads = n_threads_;
-    opt.select.backend = Backend::cpu;
-    Expected<Plan> pl = kvflash::plan(p, opt);
+    Expected<const Plan*> pl = attention_plan(n, lc.k_type, lc.v_type);
     if (!pl) return pl.error();
-    workspace.resize(std::max(workspace.size(), pl->workspace_bytes));
     AttentionTensors at;
     at.q = q.data();
     at.k.data = lc.k.data();
@@ -324,7 +332,7 @@ Expected<std::vector<float>> LlamaSession::forward(const std::vector<int32_t>& i
     at.v.stride_head = static_cast<int64_t>(vb);
     at.kv_lens = &len;
     at.out = o.data();
-    if (Status s = kvflash::run(*pl, at, workspace.data()); !s) return s.error();
+    if (Status s = kvflash::run(**pl, at, workspace_.data()); !s) return s.error();
     matmul(o.data(), n, L.wo, h.data());
     for (size_t i = 0; i < x.size(); ++i) x[i] += h[i];
 

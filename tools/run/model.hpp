@@ -13,10 +13,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kvflash/formats.hpp"
+#include "kvflash/registry.hpp"
 #include "kvflash/status.hpp"
 #include "run/gguf.hpp"
 
@@ -83,7 +86,13 @@ class LlamaSession {
   void reset() { pos_ = 0; }
 
  private:
+  // The attention plan of a call of n tokens over a layer's K/V types (one per shape: a decode
+  // loop plans once, not once per layer and token).
+  Expected<const Plan*> attention_plan(int64_t n, KvType k, KvType v);
+
   const LlamaModel* m_ = nullptr;
+  std::map<std::tuple<int64_t, KvType, KvType>, Plan> plans_;
+  std::vector<uint8_t> workspace_;
   std::vector<LayerCache> caches_;
   int64_t capacity_ = 0;
   int64_t pos_ = 0;
