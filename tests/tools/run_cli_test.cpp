@@ -77,6 +77,12 @@ TEST(RunCli, RefusesWhatItCannotRun) {
   r = run_with({"-m", path, "--tokens", "1,999"});
   EXPECT_EQ(r.code, kExitUsage);
   EXPECT_NE(r.err.find("999"), std::string::npos) << r.err;
+  r = run_with({"-m", path, "--tokens", "1,2-5"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("2-5"), std::string::npos) << r.err;
+  // Token 0 is a token like any other.
+  r = run_with({"-m", path, "--tokens", "0,0,7", "-n", "2", "--no-progress"});
+  EXPECT_EQ(r.code, 0) << r.err;
   std::remove(path.c_str());
   r = run_with({"-m", path, "--tokens", "1"});
   EXPECT_EQ(r.code, kExitFailed);

@@ -126,13 +126,14 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     }
     for (unsigned char ch : a.prompt) prompt.push_back(ch);
   } else if (!a.tokens.empty()) {
-    Expected<std::vector<int64_t>> ids = parse_int_list("--tokens", a.tokens);
-    if (!ids) return usage(ids.error().message);
-    for (int64_t id : *ids) {
-      if (id >= c.n_vocab)
-        return usage(
-            fmt::format("--tokens: id {} is outside the vocabulary 0 .. {}", id, c.n_vocab - 1));
-      prompt.push_back(static_cast<int32_t>(id));
+    // Token ids: plain non-negative integers (0 included; no ranges or K suffixes, unlike the
+    // other tools' lists).
+    for (const std::string& item : split(a.tokens, ',')) {
+      Expected<int64_t> id = parse_int("--tokens", item, 0, c.n_vocab - 1);
+      if (!id)
+        return usage(fmt::format("{} (token ids of this model: 0 .. {})", id.error().message,
+                                 c.n_vocab - 1));
+      prompt.push_back(static_cast<int32_t>(*id));
     }
   }
   if (prompt.empty()) return usage("no prompt: give -p TEXT or --tokens IDS");
