@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cstdlib>
 
+#include "common/cli_app.hpp"
 #include "common/cli_parse.hpp"
 
 namespace kvflash::bench {
@@ -119,11 +120,8 @@ ParseResult parse_options(int argc, const char* const* argv, std::ostream& out, 
   bool no_progress = false;
   app.add_flag("--no-progress", no_progress, "no progress line on stderr");
 
-  const std::vector<std::string> args = kvflash::tools::llama_style_args(argc, argv);
-  std::vector<const char*> ptrs;
-  for (const std::string& a : args) ptrs.push_back(a.c_str());
   try {
-    app.parse(static_cast<int>(ptrs.size()), ptrs.data());
+    kvflash::tools::parse_llama_style(app, argc, argv);
   } catch (const CLI::CallForHelp&) {
     out << app.help();
     return {std::nullopt, 0};

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cli_app.hpp"
 #include "common/cli_parse.hpp"
 #include "common/table.hpp"
 #include "loop/prefill.hpp"
@@ -128,11 +129,8 @@ Expected<LoopArgs> parse_loop_args(int argc, const char* const* argv) {
       ->capture_default_str();
 
   LoopArgs out;
-  const std::vector<std::string> args = llama_style_args(argc, argv);
-  std::vector<const char*> ptrs;
-  for (const std::string& s : args) ptrs.push_back(s.c_str());
   try {
-    app.parse(static_cast<int>(ptrs.size()), ptrs.data());
+    parse_llama_style(app, argc, argv);
   } catch (const CLI::CallForHelp&) {
     out.help = true;
     out.help_text = app.help();

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cli_app.hpp"
 #include "common/cli_parse.hpp"
 #include "common/table.hpp"
 #include "plan/model.hpp"
@@ -184,11 +185,8 @@ int run_plan(int argc, char** argv, std::ostream& out, std::ostream& err) {
       "kvflash-plan"};
   Args a;
   add_options(app, a);
-  const std::vector<std::string> args = llama_style_args(argc, argv);
-  std::vector<const char*> ptrs;
-  for (const std::string& s : args) ptrs.push_back(s.c_str());
   try {
-    app.parse(static_cast<int>(ptrs.size()), ptrs.data());
+    parse_llama_style(app, argc, argv);
   } catch (const CLI::ParseError& e) {
     // --help is a ParseError with exit code 0; everything else is a usage error.
     const int code = app.exit(e, out, err);

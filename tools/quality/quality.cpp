@@ -10,6 +10,7 @@
 #include <ostream>
 #include <tuple>
 
+#include "common/cli_app.hpp"
 #include "common/cli_parse.hpp"
 #include "quality/backend_run.hpp"
 
@@ -199,11 +200,8 @@ Expected<QualityOptions> parse_quality_args(int argc, const char* const* argv) {
   RawArgs a;
   add_flags(app, a);
   // -ctk / -ctv as llama-bench users type them (CLI11 takes one letter after a single dash).
-  const std::vector<std::string> args = tools::llama_style_args(argc, argv);
-  std::vector<const char*> ptrs;
-  for (const std::string& s : args) ptrs.push_back(s.c_str());
   try {
-    app.parse(static_cast<int>(ptrs.size()), ptrs.data());
+    tools::parse_llama_style(app, argc, argv);
   } catch (const CLI::ParseError& e) {
     return invalid_argument(e.what());
   }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cli_app.hpp"
 #include "common/cli_parse.hpp"
 #include "common/progress.hpp"
 #include "run/gguf.hpp"
@@ -77,11 +78,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                  "little-endian): for cross-checks and KL divergence")
       ->type_name("FILE");
   app.add_flag("--no-progress", a.no_progress, "no progress line on stderr");
-  const std::vector<std::string> args = llama_style_args(argc, argv);
-  std::vector<const char*> ptrs;
-  for (const std::string& s : args) ptrs.push_back(s.c_str());
   try {
-    app.parse(static_cast<int>(ptrs.size()), ptrs.data());
+    parse_llama_style(app, argc, argv);
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e, out, err);
     return code == 0 ? 0 : kExitUsage;

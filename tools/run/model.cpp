@@ -107,24 +107,37 @@ void rms_norm(const float* x, int64_t n, int64_t d, const Weight& g, float eps, 
   }
 }
 
-// RoPE, llama.cpp's normal mode, on n tokens of `heads` heads of head_dim values, positions
-// pos0 .. pos0 + n - 1.
-void rope(float* x, int64_t n, int32_t heads, int32_t head_dim, int64_t pos0, float base,
-          float scale) {
+// RoPE, llama.cpp's normal mode: the rotation of pair i (dims 2i, 2i + 1) of the token at
+// position pos is theta = pos / scale * base^(-2i / head_dim). The (cos, sin) of n tokens from
+// pos0, computed once per forward call and applied to Q and K of every layer.
+std::vector<std::pair<float, float>> rope_table(int64_t n, int32_t head_dim, int64_t pos0,
+                                                float base, float scale) {
   const int32_t half = head_dim / 2;
+  std::vector<std::pair<float, float>> cs(static_cast<size_t>(n * half));
   for (int64_t t = 0; t < n; ++t) {
     const double p = static_cast<double>(pos0 + t) / scale;
     for (int32_t i = 0; i < half; ++i) {
       const double theta = p * std::pow(double(base), -2.0 * i / head_dim);
-      const auto c = static_cast<float>(std::cos(theta)), s = static_cast<float>(std::sin(theta));
-      for (int32_t h = 0; h < heads; ++h) {
+      cs[static_cast<size_t>(t * half + i)] = {static_cast<float>(std::cos(theta)),
+                                               static_cast<float>(std::sin(theta))};
+    }
+  }
+  return cs;
+}
+
+// Rotates n tokens of `heads` heads of head_dim values by a rope_table.
+void rope(float* x, int64_t n, int32_t heads, int32_t head_dim,
+          const std::vector<std::pair<float, float>>& cs) {
+  const int32_t half = head_dim / 2;
+  for (int64_t t = 0; t < n; ++t)
+    for (int32_t h = 0; h < heads; ++h)
+      for (int32_t i = 0; i < half; ++i) {
+        const auto [c, s] = cs[static_cast<size_t>(t * half + i)];
         float* v = x + (t * heads + h) * head_dim + 2 * i;
         const float a = v[0], b = v[1];
         v[0] = a * c - b * s;
         v[1] = a * s + b * c;
       }
-    }
-  }
 }
 
 }  // namespace
@@ -305,6 +318,8 @@ Expected<std::vector<float>> LlamaSession::forward(const std::vector<int32_t>& i
                 static_cast<size_t>(e) * sizeof(float));
 
   const int64_t len = pos_ + n;
+  const std::vector<std::pair<float, float>> rot =
+      rope_table(n, c.head_dim, pos_, c.rope_base, c.rope_scale);
   for (size_t l = 0; l < m_->layers.size(); ++l) {
     const LlamaLayer& L = m_->layers[l];
     LayerCache& lc = caches_[l];
@@ -312,8 +327,8 @@ Expected<std::vector<float>> LlamaSession::forward(const std::vector<int32_t>& i
     matmul(h.data(), n, L.wq, q.data());
     matmul(h.data(), n, L.wk, k.data());
     matmul(h.data(), n, L.wv, v.data());
-    rope(q.data(), n, c.n_head, c.head_dim, pos_, c.rope_base, c.rope_scale);
-    rope(k.data(), n, c.n_head_kv, c.head_dim, pos_, c.rope_base, c.rope_scale);
+    rope(q.data(), n, c.n_head, c.head_dim, rot);
+    rope(k.data(), n, c.n_head_kv, c.head_dim, rot);
     const size_t kb = row_size(lc.k_type, hd), vb = row_size(lc.v_type, hd);
     quantize_rows(lc.k_type, k.data(), n * c.n_head_kv, hd,
                   lc.k.data() + static_cast<size_t>(pos_ * c.n_head_kv) * kb);
