@@ -79,6 +79,15 @@ std::vector<DecodeCase> decode_cases() {
       {6, 16, 4, d128, f16, f16, {70000}},
       {1, 8, 1, mla, f16, f16, {5000}},
       {2, 8, 1, mla, q8_0, q8_0, {1000}},
+      // short chunks (9-32 tokens, routing.hpp): more query rows than one row block holds at GQA
+      // 4 (several row blocks of up to 8 M tiles), D 128 to 512, a batch whose second sequence
+      // holds fewer tokens than its queries
+      {9, 8, 2, d128, f16, f16, {70000}},
+      {16, 8, 2, d128, q8_0, turbo3, {5000}},
+      {24, 8, 2, d256, q4_0, q4_0, {5000}},
+      {32, 8, 2, d128, turbo3, turbo3, {20000, 17}},
+      {32, 8, 2, d512, q8_0, q8_0, {3000}},
+      {17, 32, 8, d128, bf16, bf16, {4865}},
       // a free batch slot: the second sequence holds nothing (zeros, lse -inf)
       {1, 8, 2, d128, q8_0, q8_0, {100, 0}},
       // the second sequence holds fewer tokens than there are queries: under the causal mask its

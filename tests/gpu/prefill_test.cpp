@@ -1,13 +1,14 @@
-// The CUDA prefill kernels (cuda.prefill: 9 or more query tokens) against the float64 reference on
-// device buffers: every default K/V pair at head dim 128, every head dim but 512 and 576/512 with
-// f16 and q8_0/turbo3, fresh prompts of 9 ... 2048 tokens and chunks of 512 and 2048 queries onto
-// 8K and 32K caches, 9 and 40 queries onto 20K keys (split many ways and merged), causal and not,
-// each feature alone and all together, paged caches with shuffled tables (pages of 16 and 64
-// tokens), batches of sequences of different device lengths (40 of them: a grid that is not
-// split); then the guards: a device length outside the capacity or a page-table entry outside the
-// pool gives that sequence NaN rows and leaves the others exact; which kernel plan() selects on
-// each side of 8 query tokens, and when it splits the keys. Outputs are poisoned and guarded
-// (gpu_test_util.hpp) for every run; the references run on every host thread (parallel_reference).
+// The CUDA prefill kernels (cuda.prefill: more than 32 query tokens, common/routing.hpp) against
+// the float64 reference on device buffers: every default K/V pair at head dim 128, every head dim
+// but 512 and 576/512 with f16 and q8_0/turbo3, fresh prompts of 33 ... 2048 tokens and chunks of
+// 512 and 2048 queries onto 8K and 32K caches, 33 and 64 queries onto 20K keys (split many ways and
+// merged), causal and not, each feature alone and all together, paged caches with shuffled tables
+// (pages of 16 and 64 tokens), batches of sequences of different device lengths (40 of them: a grid
+// that is not split); then the guards: a device length outside the capacity or a page-table entry
+// outside the pool gives that sequence NaN rows and leaves the others exact; which kernel plan()
+// selects on each side of the crossover, and when it splits the keys. Outputs are poisoned and
+// guarded (gpu_test_util.hpp) for every run; the references run on every host thread
+// (parallel_reference).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -19,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/common/routing.hpp"
 #include "backends/cuda/decode/decode_pairs.hpp"
 #include "gpu_test_util.hpp"
 #include "kvflash/formats.hpp"
@@ -200,12 +202,13 @@ std::vector<PrefillCase> head_dim_cases() {
 }
 INSTANTIATE_TEST_SUITE_P(HeadDims, CudaPrefill, ::testing::ValuesIn(head_dim_cases()), param_name);
 
-// Fresh prompts (kv length = queries: the causal triangle) from the smallest prefill, 9 tokens,
+// Fresh prompts (kv length = queries: the causal triangle) from the smallest prefill
+// (kMinPrefillQTokens),
 // past one and several query tiles; then chunked prefill onto deep caches. The 32K case keeps one
 // KV head so that its reference stays a few seconds.
 std::vector<PrefillCase> query_token_cases() {
   std::vector<PrefillCase> out;
-  for (const int32_t n : {9, 16, 100, 257, 2048})
+  for (const int32_t n : {cuda::kMinPrefillQTokens, 48, 100, 257, 2048})
     for (const auto& [k, v] :
          {std::pair{KvType::f16, KvType::f16}, std::pair{KvType::q4_0, KvType::q4_0}}) {
       PrefillCase c;
@@ -233,7 +236,7 @@ std::vector<PrefillCase> query_token_cases() {
   out.push_back(chunk);
   // Short chunks onto a deep cache: a grid of a few CTAs whose keys split many ways (the merge:
   // turbo V rotated back after it, sinks folded in at the end).
-  for (const int32_t n : {9, 40}) {
+  for (const int32_t n : {cuda::kMinPrefillQTokens, 64}) {
     PrefillCase s;
     s.n_q_tokens = n;
     s.lens = {20000};
@@ -486,31 +489,33 @@ TEST(CudaPrefillPages, EntriesOutsideThePoolGiveNaNRowsAndReadNothingOutsideIt) 
     }
 }
 
-// Selection on the CUDA backend: up to kMaxDecodeQTokens (8) query tokens cuda.decode, from 9
-// cuda.prefill, each refusing the other's side by its guard; the plan needs device lengths.
-TEST(CudaPrefillPlan, SelectionSplitsAtNineQueryTokens) {
+// Selection on the CUDA backend: up to kMaxDecodeQTokens query tokens cuda.decode, from
+// kMinPrefillQTokens cuda.prefill (common/routing.hpp, the measured crossover), each refusing the
+// other's side by its guard; the plan needs device lengths.
+TEST(CudaPrefillPlan, SelectionSplitsAtTheMeasuredCrossover) {
   KVFLASH_REQUIRE_GPU();
   if (!kernel_registered(kDecode)) GTEST_SKIP() << "this build registers no CUDA kernels";
   // From here cuda.prefill must exist: a CUDA build without it fails this test, by name.
   ASSERT_TRUE(kernel_registered(kPrefill)) << "no candidate named " << kPrefill;
+  static_assert(cuda::kMinPrefillQTokens == cuda::kMaxDecodeQTokens + 1);
   PrefillCase c;
-  c.n_q_tokens = 9;
+  c.n_q_tokens = cuda::kMinPrefillQTokens;
   AttentionProblem p = to_problem(c, {4096});
   Plan pl;
   KVFLASH_ASSIGN_OR_FAIL(pl, plan_cuda(p));
   EXPECT_EQ(pl.kernel->name, kPrefill);
-  p.n_q_tokens = 8;
+  p.n_q_tokens = cuda::kMaxDecodeQTokens;
   KVFLASH_ASSIGN_OR_FAIL(pl, plan_cuda(p));
   EXPECT_EQ(pl.kernel->name, kDecode);
 
   // Forced onto the other side, each refuses by its own guard.
-  const Expected<Plan> prefill_at_8 = plan_cuda(p, kPrefill);
-  ASSERT_FALSE(prefill_at_8.ok());
-  EXPECT_NE(prefill_at_8.error().message.find("prefill_q_tokens"), std::string::npos)
-      << prefill_at_8.error().message;
-  p.n_q_tokens = 9;
-  const Expected<Plan> decode_at_9 = plan_cuda(p, kDecode);
-  ASSERT_FALSE(decode_at_9.ok());
+  const Expected<Plan> prefill_below = plan_cuda(p, kPrefill);
+  ASSERT_FALSE(prefill_below.ok());
+  EXPECT_NE(prefill_below.error().message.find("prefill_q_tokens"), std::string::npos)
+      << prefill_below.error().message;
+  p.n_q_tokens = cuda::kMinPrefillQTokens;
+  const Expected<Plan> decode_above = plan_cuda(p, kDecode);
+  ASSERT_FALSE(decode_above.ok());
 
   // The head dims the kernel does not serve yet are refused by "head_dim", nothing else.
   for (const HeadDims d : {HeadDims{512, 512}, HeadDims{576, 512}}) {
@@ -549,7 +554,7 @@ TEST(CudaPrefillPlan, SplitsTheKeysOnlyOfGridsSmallerThanTheDevice) {
   KVFLASH_REQUIRE_GPU();
   KVFLASH_REQUIRE_KERNEL(kPrefill);
   PrefillCase c;
-  c.n_q_tokens = 9;
+  c.n_q_tokens = cuda::kMinPrefillQTokens;
   c.n_q_heads = 32;
   c.n_kv_heads = 8;
   AttentionProblem p = to_problem(c, {131072});

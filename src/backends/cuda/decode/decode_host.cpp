@@ -91,8 +91,10 @@ struct Timeline {
 
 std::optional<std::string> reject_q_tokens(const AttentionProblem& p) {
   if (p.n_q_tokens <= kMaxDecodeQTokens) return std::nullopt;
-  return fmt::format("n_q_tokens={} is above {} (allowed: 1 .. {}, decode and speculative steps)",
-                     p.n_q_tokens, kMaxDecodeQTokens, kMaxDecodeQTokens);
+  return fmt::format(
+      "n_q_tokens={} is above {} (allowed: 1 .. {}: decode, speculative steps and short chunks; "
+      "cuda.prefill serves more)",
+      p.n_q_tokens, kMaxDecodeQTokens, kMaxDecodeQTokens);
 }
 
 std::optional<std::string> reject_ragged(const AttentionProblem& p) {

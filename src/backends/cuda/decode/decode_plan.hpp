@@ -6,12 +6,12 @@
 #include <cstdint>
 #include <optional>
 
+#include "backends/cuda/common/routing.hpp"  // kMaxDecodeQTokens
 #include "kvflash/problem.hpp"
 #include "kvflash/status.hpp"
 
 namespace kvflash::cuda::decode {
 
-inline constexpr int32_t kMaxDecodeQTokens = 8;
 inline constexpr int32_t kStageTargetBytes = 24 * 1024;  // raw K+V bytes per pipeline stage
 inline constexpr int32_t kMaxTileKeys = 256;
 inline constexpr int64_t kMinKeysPerSplit = 64;

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backends/cuda/common/routing.hpp"  // kMinPrefillQTokens
 #include "kvflash/problem.hpp"
 
 namespace kvflash::cuda::prefill {
@@ -25,8 +26,6 @@ constexpr int block_rows(int dv_bucket) {  // query rows per CTA
   return 16 * m_tiles(dv_bucket) * kWarps;
 }
 inline constexpr int kStages = 2;  // K/V tiles in flight: the next one loads while one computes
-// The smallest call the prefill family serves (cuda.decode serves up to 8 query tokens).
-inline constexpr int32_t kMinPrefillQTokens = 9;
 inline constexpr int32_t kMaxPrefillHeadDim = 256;
 
 // How a tensor's tiles reach the MMA operand tile (16-bit rows):
