@@ -96,6 +96,11 @@ def require_last_dim_contiguous(t):
                          "(rows must be contiguous)")
 
 
+def require_writeable(t):
+    if not t.is_torch and not t.obj.flags.writeable:
+        raise ValueError(f"{t.name}: a read-only array (the result is written into it)")
+
+
 def require_device(t, device, why):
     if t.device != device:
         raise ValueError(f"{t.name}: on {t.device}, expected {device} ({why})")

@@ -18,7 +18,8 @@ import numpy as np
 
 from . import _kvflash
 from ._tensors import (empty, optional_view, require_contiguous, require_device, require_dtype,
-                       require_last_dim_contiguous, require_ndim, require_shape, view)
+                       require_last_dim_contiguous, require_ndim, require_shape,
+                       require_writeable, view)
 from .formats import row_size, supported_space
 
 # Float caches name their own type; uint8 caches hold the bytes of the type the caller names.
@@ -229,6 +230,9 @@ class Plan:
                 require_dtype(t[name], "float32")
                 require_shape(t[name], shape)
                 require_contiguous(t[name])
+        for name in ("out", "lse"):
+            if t[name] is not None:
+                require_writeable(t[name])
         for name, flag in (("sinks", p.has_sinks), ("alibi_slopes", p.has_alibi),
                            ("mask", p.has_mask)):
             if (t[name] is not None) != flag:

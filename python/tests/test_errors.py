@@ -10,6 +10,11 @@ Q = np.zeros((1, 1, 8, 128), np.float32)
 K = np.zeros((1, 32, 2, 136), np.uint8)  # q8_0 rows of 128 values
 
 
+def readonly(a):
+    a.flags.writeable = False
+    return a
+
+
 def call(q=Q, k=K, v=K, **kw):
     kw.setdefault("k_type", "q8_0")
     kw.setdefault("v_type", "q8_0")
@@ -30,6 +35,8 @@ def call(q=Q, k=K, v=K, **kw):
     (dict(sinks=np.zeros(7, np.float32)), ValueError, "sinks: shape (7,)"),
     (dict(out=np.zeros((1, 1, 8, 64), np.float32)), ValueError, "out: shape"),
     (dict(mask=np.zeros((1, 1, 31), np.float32)), ValueError, "mask: 31 columns"),
+    (dict(out=np.broadcast_to(np.float32(0), (1, 1, 8, 128))), ValueError, "out: strides"),
+    (dict(out=readonly(np.zeros((1, 1, 8, 128), np.float32))), ValueError, "out: a read-only"),
     (dict(q="q"), TypeError, "q: expected a NumPy array or a torch tensor, got str"),
 ])
 def test_bad_arguments_name_themselves(args, error, words):
