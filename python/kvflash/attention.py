@@ -41,12 +41,14 @@ def _cache_type(t, given, arg):
     return own
 
 
-def _v_head_dim(k_head_dim, v, v_type):
-    """V's head dim: a float cache's row length; for bytes, the supported space's partner of K's
-    (192 -> 128, 576 -> 512, else the same)."""
-    if v.dtype in _FLOAT_KV_TYPES:
-        return v.shape[-1]
+def _default_v_head_dim(k_head_dim):
+    """The supported space's V head dim for K's (192 -> 128, 576 -> 512, else the same)."""
     return dict(supported_space()["head_dims"]).get(k_head_dim, k_head_dim)
+
+
+def _v_head_dim(k_head_dim, v):
+    """V's head dim: a float cache's row length; for bytes, the default for K's."""
+    return v.shape[-1] if v.dtype in _FLOAT_KV_TYPES else _default_v_head_dim(k_head_dim)
 
 
 def _require_rows(t, kv_type, head_dim):
@@ -68,7 +70,7 @@ def _shape_problem(q, k, v, page_table, k_type, v_type, head_dim_v):
     p.n_seqs, p.n_q_tokens, p.n_q_heads, p.head_dim_k = q.shape
     p.k_type = _cache_type(k, k_type, "k_type")
     p.v_type = _cache_type(v, v_type, "v_type")
-    p.head_dim_v = head_dim_v if head_dim_v is not None else _v_head_dim(p.head_dim_k, v, p.v_type)
+    p.head_dim_v = head_dim_v if head_dim_v is not None else _v_head_dim(p.head_dim_k, v)
     _require_rows(k, p.k_type, p.head_dim_k)
     _require_rows(v, p.v_type, p.head_dim_v)
     p.n_kv_heads = k.shape[2]
@@ -136,8 +138,7 @@ class Plan:
         p = _kvflash.Problem()
         p.n_seqs, p.n_q_tokens, p.n_q_heads, p.n_kv_heads = batch, q_tokens, q_heads, kv_heads
         p.head_dim_k = head_dim
-        p.head_dim_v = head_dim_v if head_dim_v is not None else dict(
-            supported_space()["head_dims"]).get(head_dim, head_dim)
+        p.head_dim_v = head_dim_v if head_dim_v is not None else _default_v_head_dim(head_dim)
         p.k_type, p.v_type, p.kv_capacity, p.page_size = k_type, v_type, kv_capacity, page_size
         _set_features(p, causal, window, softcap, scale, sinks, alibi, mask)
         self._make(p, _device_name(device), kernel, exclude, n_threads)

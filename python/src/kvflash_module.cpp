@@ -242,8 +242,9 @@ void bind_tensors(py::module_& m) {
 }
 
 void bind_plan(py::module_& m) {
+  // The problem by value: a reference would let Python edit a planned problem under its kernel.
   py::class_<Plan>(m, "NativePlan")
-      .def_readonly("problem", &Plan::problem)
+      .def_property_readonly("problem", [](const Plan& p) { return p.problem; })
       .def_property_readonly("kernel", [](const Plan& p) { return p.kernel->name; })
       .def_property_readonly("backend",
                              [](const Plan& p) { return std::string(to_string(p.kernel->backend)); })

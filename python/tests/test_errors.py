@@ -103,3 +103,10 @@ def test_tensors_on_another_device_are_refused():
     out = torch.empty((1, 1, 8, 128), device="meta")
     with pytest.raises(ValueError, match="out: on meta"):
         call(q=torch.from_numpy(Q), k=torch.from_numpy(K), v=torch.from_numpy(K), out=out)
+
+
+def test_a_plans_problem_is_a_copy():
+    plan = kvflash.Plan(q_heads=8, kv_heads=2, head_dim=128, kv_capacity=32, k_type="q8_0",
+                        v_type="q8_0")
+    plan.problem.kv_capacity = 1 << 20
+    assert plan.problem.kv_capacity == 32
