@@ -1,0 +1,306 @@
+"""Attention from Python through the library's plan/run (include/kvflash/registry.hpp).
+
+Layouts (the shapes engines keep; docs/python.md):
+  q, out     (batch, q_tokens, q_heads, head_dim) float32, contiguous
+  lse        (batch, q_tokens, q_heads) float32, contiguous (natural log)
+  k/v cache  (batch, capacity, kv_heads, row), any strides but a contiguous row; or paged:
+             (n_pages, page_size, kv_heads, row) with page_table (batch, pages_per_seq) int32
+  row        head_dim values of a float32/float16/bfloat16 tensor (f32/f16/bf16 caches), or
+             row_size(type, head_dim) bytes of a uint8 tensor (any type, named by k_type=/v_type=)
+  kv_lens    (batch,) int64: tokens per sequence (None: every sequence is full)
+The tensors live on the plan's device: host memory for the CPU backend, one CUDA device for the
+CUDA backend, whose calls are enqueued on torch's current stream without synchronizing.
+"""
+
+import contextlib
+
+import numpy as np
+
+from . import _kvflash
+from ._tensors import (empty, optional_view, require_contiguous, require_device, require_dtype,
+                       require_last_dim_contiguous, require_ndim, require_shape,
+                       require_writeable, view)
+from .formats import row_size, supported_space
+
+# Float caches name their own type; uint8 caches hold the bytes of the type the caller names.
+_FLOAT_KV_TYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+
+
+def _cache_type(t, given, arg):
+    if t.dtype == "uint8":
+        if given is None:
+            raise TypeError(f"{t.name}: uint8 bytes need {arg}= to name their KV type")
+        return given
+    own = _FLOAT_KV_TYPES.get(t.dtype)
+    if own is None:
+        raise TypeError(f"{t.name}: dtype {t.dtype}, expected uint8 (the bytes of any KV type), "
+                        "float32, float16 or bfloat16")
+    if given not in (None, own):
+        raise TypeError(f"{t.name}: dtype {t.dtype} holds {own}, not {arg}={given!r} (pass its "
+                        "bytes as uint8)")
+    return own
+
+
+def _default_v_head_dim(k_head_dim):
+    """The supported space's V head dim for K's (192 -> 128, 576 -> 512, else the same)."""
+    return dict(supported_space()["head_dims"]).get(k_head_dim, k_head_dim)
+
+
+def _v_head_dim(k_head_dim, v):
+    """V's head dim: a float cache's row length; for bytes, the default for K's."""
+    return v.shape[-1] if v.dtype in _FLOAT_KV_TYPES else _default_v_head_dim(k_head_dim)
+
+
+def _require_rows(t, kv_type, head_dim):
+    require_last_dim_contiguous(t)
+    want = head_dim if t.dtype in _FLOAT_KV_TYPES else row_size(kv_type, head_dim)
+    if t.shape[-1] != want:
+        unit = "values" if t.dtype in _FLOAT_KV_TYPES else f"bytes ({kv_type}, {head_dim} values)"
+        raise ValueError(f"{t.name}: rows of {t.shape[-1]}, expected {want} {unit}")
+
+
+def _shape_problem(q, k, v, page_table, k_type, v_type, head_dim_v):
+    """The problem's fields that the tensors' shapes fix: one derivation for Plan.for_tensors and
+    for Plan.run's check that the tensors fit the plan."""
+    require_ndim(q, 4, "(batch, q_tokens, q_heads, head_dim)")
+    for t in (k, v):
+        require_ndim(t, 4, "(batch, capacity, kv_heads, row) or, paged, "
+                           "(n_pages, page_size, kv_heads, row)")
+    p = _kvflash.Problem()
+    p.n_seqs, p.n_q_tokens, p.n_q_heads, p.head_dim_k = q.shape
+    p.k_type = _cache_type(k, k_type, "k_type")
+    p.v_type = _cache_type(v, v_type, "v_type")
+    p.head_dim_v = head_dim_v if head_dim_v is not None else _v_head_dim(p.head_dim_k, v)
+    _require_rows(k, p.k_type, p.head_dim_k)
+    _require_rows(v, p.v_type, p.head_dim_v)
+    p.n_kv_heads = k.shape[2]
+    if page_table is None:
+        p.kv_capacity = k.shape[1]
+        require_shape(k, (p.n_seqs, None, None, None), " (batch from q)")
+        require_shape(v, (p.n_seqs, p.kv_capacity, p.n_kv_heads, None), " (from q and k_cache)")
+    else:
+        require_shape(page_table, (p.n_seqs, None), " (batch from q, pages per sequence)")
+        p.page_size = k.shape[1]
+        p.kv_capacity = page_table.shape[1] * p.page_size
+        require_shape(v, (None, p.page_size, p.n_kv_heads, None), " (pages as in k_cache)")
+    return p
+
+
+def _set_features(p, causal, window, softcap, scale, sinks, alibi, mask):
+    p.causal = bool(causal)
+    p.window = int(window or 0)
+    p.softcap = float(softcap or 0.0)
+    p.scale = float(scale or 0.0)  # 0: the library's 1/sqrt(head_dim)
+    p.has_sinks, p.has_alibi, p.has_mask = bool(sinks), bool(alibi), bool(mask)
+
+
+# Which argument each shape-derived field comes from, for Plan.run's messages.
+_FIELD_ARGUMENT = {"n_seqs": "q", "n_q_tokens": "q", "n_q_heads": "q", "head_dim_k": "q",
+                   "n_kv_heads": "k_cache", "head_dim_v": "v_cache", "page_size": "k_cache",
+                   "kv_capacity": "k_cache", "k_type": "k_cache",
+                   "v_type": "v_cache"}
+
+
+def _device_name(device):
+    """"cpu" or "cuda:N", as _tensors.view names a tensor's device ("cuda": the current one)."""
+    device = str(device)
+    if device == "cuda":
+        import torch
+        device = f"cuda:{torch.cuda.current_device()}"
+    return device
+
+
+def _on_device(device):
+    """The CUDA device current while planning and running (the library plans for the current
+    device and enqueues on its stream)."""
+    if device == "cpu":
+        return contextlib.nullcontext()
+    import torch
+    return torch.cuda.device(device)
+
+
+def _backend(device):
+    return "cpu" if device == "cpu" else "cuda"
+
+
+class Plan:
+    """One attention problem, planned once: the kernel, its workspace (owned here) and the device.
+    run() allocates nothing but `out` / `lse` when they are not given.
+
+    Plan(q_heads=32, kv_heads=8, head_dim=128, kv_capacity=4096, k_type="q8_0", v_type="q8_0")
+    or Plan.for_tensors(q, k_cache, v_cache, ...) for the problem a call's tensors describe.
+    """
+
+    def __init__(self, *, q_heads, kv_heads, head_dim, kv_capacity, k_type="f16", v_type="f16",
+                 head_dim_v=None, batch=1, q_tokens=1, page_size=0, causal=True, window=0,
+                 softcap=0.0, scale=None, sinks=False, alibi=False, mask=False, device="cpu",
+                 kernel=None, exclude=(), n_threads=0):
+        p = _kvflash.Problem()
+        p.n_seqs, p.n_q_tokens, p.n_q_heads, p.n_kv_heads = batch, q_tokens, q_heads, kv_heads
+        p.head_dim_k = head_dim
+        p.head_dim_v = head_dim_v if head_dim_v is not None else _default_v_head_dim(head_dim)
+        p.k_type, p.v_type, p.kv_capacity, p.page_size = k_type, v_type, kv_capacity, page_size
+        _set_features(p, causal, window, softcap, scale, sinks, alibi, mask)
+        self._make(p, _device_name(device), kernel, exclude, n_threads)
+
+    @classmethod
+    def for_tensors(cls, q, k_cache, v_cache, *, k_type=None, v_type=None, page_table=None,
+                    causal=True, window=0, softcap=0.0, scale=None, sinks=None, alibi_slopes=None,
+                    mask=None, kernel=None, exclude=(), n_threads=0):
+        qt = view(q, "q")
+        p = _shape_problem(qt, view(k_cache, "k_cache"), view(v_cache, "v_cache"),
+                           optional_view(page_table, "page_table"), k_type, v_type, None)
+        _set_features(p, causal, window, softcap, scale, sinks is not None,
+                      alibi_slopes is not None, mask is not None)
+        plan = cls.__new__(cls)
+        plan._make(p, qt.device, kernel, exclude, n_threads)
+        return plan
+
+    def _make(self, problem, device, kernel, exclude, n_threads):
+        self.device = device
+        with _on_device(device):
+            self._native = _kvflash.plan(problem, _backend(device), kernel or "", list(exclude),
+                                         n_threads, True)
+        size = self._native.workspace_bytes
+        if device == "cpu":
+            self._workspace = np.empty(size, np.uint8) if size else None
+            self._workspace_addr = self._workspace.ctypes.data if size else 0
+        else:
+            import torch
+            self._workspace = torch.empty(size, dtype=torch.uint8, device=device)
+            self._workspace_addr = self._workspace.data_ptr()
+
+    problem = property(lambda self: self._native.problem)
+    kernel = property(lambda self: self._native.kernel)
+    backend = property(lambda self: self._native.backend)
+    workspace_bytes = property(lambda self: self._native.workspace_bytes)
+
+    def __repr__(self):
+        return f"Plan({self.kernel} on {self.device}: {self.problem!r})"
+
+    def run(self, q, k_cache, v_cache, kv_lens=None, *, page_table=None, sinks=None,
+            alibi_slopes=None, mask=None, out=None, lse=None, return_lse=False):
+        """Attention of q over the caches into out (float32 (batch, q_tokens, q_heads,
+        head_dim_v), allocated when None); with return_lse (or an lse given), returns (out, lse).
+        """
+        p = self.problem
+        t = {name: optional_view(x, name) for name, x in (
+            ("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("kv_lens", kv_lens),
+            ("page_table", page_table), ("sinks", sinks), ("alibi_slopes", alibi_slopes),
+            ("mask", mask), ("out", out), ("lse", lse))}
+        self._check_shapes(t)
+        if t["out"] is None:
+            out = empty(t["q"], (p.n_seqs, p.n_q_tokens, p.n_q_heads, p.head_dim_v), "float32")
+            t["out"] = view(out, "out")
+        if t["lse"] is None and return_lse:
+            lse = empty(t["q"], (p.n_seqs, p.n_q_tokens, p.n_q_heads), "float32")
+            t["lse"] = view(lse, "lse")
+        self._check_optional(t)
+        for x in t.values():
+            if x is not None:
+                require_device(x, self.device, "the plan's device")
+        with _on_device(self.device):
+            _kvflash.run(self._native, self._native_tensors(t), self._workspace_addr,
+                         self._stream())
+        return (out, lse) if t["lse"] is not None else out
+
+    def _check_shapes(self, t):
+        p = self.problem
+        if (t["page_table"] is not None) != (p.page_size > 0):
+            raise ValueError("page_table: " + ("the plan is paged, pass one" if p.page_size else
+                                               "given to a plan of contiguous caches"))
+        got = _shape_problem(t["q"], t["k_cache"], t["v_cache"], t["page_table"], p.k_type,
+                             p.v_type, p.head_dim_v)
+        for field, arg in _FIELD_ARGUMENT.items():
+            if getattr(got, field) != getattr(p, field):
+                if field == "kv_capacity" and p.page_size:
+                    arg = "page_table"  # pages per sequence x page size
+                raise ValueError(f"{arg}: gives {field}={getattr(got, field)}, the plan has "
+                                 f"{getattr(p, field)}")
+        require_dtype(t["q"], "float32")
+        require_contiguous(t["q"])
+
+    def _check_optional(self, t):
+        p = self.problem
+        float_tensors = {
+            "out": (p.n_seqs, p.n_q_tokens, p.n_q_heads, p.head_dim_v),
+            "lse": (p.n_seqs, p.n_q_tokens, p.n_q_heads),
+            "sinks": (p.n_q_heads,), "alibi_slopes": (p.n_q_heads,)}
+        for name, shape in float_tensors.items():
+            if t[name] is not None:
+                require_dtype(t[name], "float32")
+                require_shape(t[name], shape)
+                require_contiguous(t[name])
+        for name in ("out", "lse"):
+            if t[name] is not None:
+                require_writeable(t[name])
+        for name, flag in (("sinks", p.has_sinks), ("alibi_slopes", p.has_alibi),
+                           ("mask", p.has_mask)):
+            if (t[name] is not None) != flag:
+                raise ValueError(f"{name}: " + ("the plan has them, pass them" if flag else
+                                                "given to a plan without them"))
+        if t["kv_lens"] is not None:
+            require_dtype(t["kv_lens"], "int64")
+            require_shape(t["kv_lens"], (p.n_seqs,), " (batch)")
+            require_contiguous(t["kv_lens"])
+        if t["page_table"] is not None:
+            require_dtype(t["page_table"], "int32")
+            require_contiguous(t["page_table"])
+        if t["mask"] is not None:
+            m = t["mask"]
+            require_dtype(m, "float32")
+            require_shape(m, (p.n_seqs, p.n_q_tokens, None), " (batch, q_tokens, >= capacity)")
+            require_last_dim_contiguous(m)
+            if m.shape[2] < p.kv_capacity:
+                raise ValueError(f"mask: {m.shape[2]} columns, fewer than the capacity "
+                                 f"{p.kv_capacity}")
+            if p.n_seqs > 1 and p.n_q_tokens > 1 and m.strides[0] != p.n_q_tokens * m.strides[1]:
+                raise ValueError(f"mask: strides {m.strides}: rows must be evenly spaced (the "
+                                 "library's mask_stride)")
+
+    def _native_tensors(self, t):
+        p = self.problem
+        nt = _kvflash.Tensors()
+        nt.q = t["q"].addr
+        nt.k = _kv_tensor(t["k_cache"], t["page_table"])
+        nt.v = _kv_tensor(t["v_cache"], t["page_table"])
+        for name in ("kv_lens", "mask", "sinks", "alibi_slopes", "out", "lse"):
+            if t[name] is not None:
+                setattr(nt, name, t[name].addr)
+        if t["mask"] is not None:
+            m = t["mask"]
+            nt.mask_stride = (m.strides[1] if p.n_q_tokens > 1 else
+                              m.strides[0] if p.n_seqs > 1 else m.shape[2])
+        return nt
+
+    def _stream(self):
+        if self.device == "cpu":
+            return 0
+        # Untested on a GPU so far: torch's current stream of the plan's device, never synced.
+        import torch
+        return torch.cuda.current_stream().cuda_stream
+
+
+def _kv_tensor(t, page_table):
+    kv = _kvflash.KvTensor()
+    kv.data = t.addr
+    first, kv.stride_token, kv.stride_head = t.byte_strides[:3]
+    if page_table is None:
+        kv.stride_seq = first
+    else:
+        kv.stride_page, kv.n_pages = first, t.shape[0]
+        kv.page_table, kv.pages_per_seq = page_table.addr, page_table.shape[1]
+    return kv
+
+
+def attention(q, k_cache, v_cache, kv_lens=None, *, k_type=None, v_type=None, page_table=None,
+              causal=True, window=0, softcap=0.0, sinks=None, alibi_slopes=None, mask=None,
+              scale=None, out=None, return_lse=False, kernel=None):
+    """One call: plans the problem the tensors describe, then runs it (a decode loop keeps a Plan
+    instead). Returns out, or (out, lse) with return_lse."""
+    plan = Plan.for_tensors(q, k_cache, v_cache, k_type=k_type, v_type=v_type,
+                            page_table=page_table, causal=causal, window=window, softcap=softcap,
+                            scale=scale, sinks=sinks, alibi_slopes=alibi_slopes, mask=mask,
+                            kernel=kernel)
+    return plan.run(q, k_cache, v_cache, kv_lens, page_table=page_table, sinks=sinks,
+                    alibi_slopes=alibi_slopes, mask=mask, out=out, return_lse=return_lse)
