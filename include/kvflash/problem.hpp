@@ -123,8 +123,8 @@ KVFLASH_API std::string describe(const AttentionProblem& p);
 // n_pages) in place of (token, head, seq): stride_page is usually at least one page's rows, but
 // any non-overlapping nesting passes (e.g. pages interleaved between tokens). page_table is int32
 // aligned.
-// Readers: cuda.decode and cpu.reference; the CPU kernels decline paged problems (guard
-// "kv_layout"). gpu::KvCache appends to paged caches on the device.
+// Readers: every kernel (the CPU kernels walk each page's run of keys as one call).
+// gpu::KvCache appends to paged caches on the device.
 struct KvTensor {
   const void* data = nullptr;
   int64_t stride_token = 0;
@@ -223,5 +223,9 @@ KVFLASH_API Status validate_q_offsets(const AttentionProblem& p, const int32_t* 
 // Host-memory check of the sequence lengths: each kv_lens[s] in 0 .. kv_capacity (nullptr: every
 // sequence is full, nothing to check).
 KVFLASH_API Status validate_kv_lens(const AttentionProblem& p, const int64_t* kv_lens);
+// Host-memory check of the page tables of a paged problem: every entry that a sequence's
+// kv_lens[s] tokens reach (nullptr: kv_capacity) names a page of its tensor (0 .. n_pages - 1),
+// for K and V. Nothing to check when contiguous. Call after validate_kv_lens.
+KVFLASH_API Status validate_page_tables(const AttentionProblem& p, const AttentionTensors& t);
 
 }  // namespace kvflash

@@ -178,8 +178,9 @@ def paged(cache, page_size, rng):
 
 @pytest.mark.parametrize("page_size", [1, 16, 64])
 def test_paged_caches(page_size):
-    """Paged layouts are read by cpu.reference among the CPU kernels (the others decline them):
-    the result equals that kernel's on the contiguous cache, bit for bit."""
+    """Paged layouts: the reference's result equals its own on the contiguous cache bit for bit;
+    the CPU kernel chosen by default reads pages too (one call per page's run of keys: the
+    contiguous result up to the summation order at page boundaries)."""
     case = Case("q8_0", "turbo4", q_tokens=2)
     rng = np.random.default_rng(page_size)
     k_pages, table = paged(case.k_cache, page_size, rng)
@@ -188,6 +189,10 @@ def test_paged_caches(page_size):
                             k_type="q8_0", v_type="turbo4", kernel="cpu.reference")
     want = case.run(kernel="cpu.reference")[0]
     assert np.array_equal(got, want)
+    got = kvflash.attention(case.q, k_pages, v_pages, case.kv_lens, page_table=table,
+                            k_type="q8_0", v_type="turbo4")
+    want = case.run()[0]
+    assert np.allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 def test_a_plan_runs_at_growing_lengths_into_the_same_buffers():

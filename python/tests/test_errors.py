@@ -64,11 +64,10 @@ def test_outside_the_supported_space_is_a_value_error_naming_the_field():
 
 
 def test_a_kernel_that_declines_is_not_implemented_with_the_reasons():
-    k = np.zeros((2, 16, 2, 136), np.uint8)
-    table = np.arange(2, dtype=np.int32).reshape(1, 2)
+    q = np.zeros((1, 16, 8, 128), np.float32)  # 16 query tokens: more than a decode kernel takes
     with pytest.raises(NotImplementedError) as e:
-        call(k=k, v=k, page_table=table, kernel="cpu.decode.portable")
-    assert "kv_layout" in str(e.value)
+        call(q=q, kernel="cpu.decode.portable")
+    assert "decode_q_tokens" in str(e.value)
 
 
 def test_page_table_entries_outside_the_pool_are_refused():

@@ -310,6 +310,32 @@ Status validate_q_offsets(const AttentionProblem& p, const int32_t* q_offsets) {
   return {};
 }
 
+namespace {
+Status check_pages(const char* which, const KvTensor& kv, const AttentionProblem& p, int64_t seq,
+                   int64_t len) {
+  const int64_t used = pages_per_seq(len, p.page_size);
+  for (int64_t i = 0; i < used; ++i) {
+    const int32_t page = kv.page_table[seq * kv.pages_per_seq + i];
+    if (page < 0 || page >= kv.n_pages)
+      return invalid_argument(fmt::format(
+          "tensors.{}.page_table[{}]={} (sequence {}, page {}) is out of range (allowed: 0 .. "
+          "n_pages - 1={})",
+          which, seq * kv.pages_per_seq + i, page, seq, i, kv.n_pages - 1));
+  }
+  return {};
+}
+}  // namespace
+
+Status validate_page_tables(const AttentionProblem& p, const AttentionTensors& t) {
+  if (p.page_size == 0) return {};
+  for (int64_t s = 0; s < p.n_seqs; ++s) {
+    const int64_t len = t.kv_lens ? t.kv_lens[s] : p.kv_capacity;
+    if (Status st = check_pages("k", t.k, p, s, len); !st) return st;
+    if (Status st = check_pages("v", t.v, p, s, len); !st) return st;
+  }
+  return {};
+}
+
 Status validate_kv_lens(const AttentionProblem& p, const int64_t* kv_lens) {
   if (kv_lens == nullptr) return {};
   for (int64_t s = 0; s < p.n_seqs; ++s)

@@ -24,22 +24,6 @@ const uint8_t* row_ptr(const KvTensor& kv, int32_t page_size, int64_t seq, int64
   return static_cast<const uint8_t*>(kv.data) + kv_row_offset(kv, page_size, seq, token, head);
 }
 
-// Every page-table entry a sequence's tokens can reach must name a page of the tensor.
-Status check_pages(const char* which, const KvTensor& kv, const AttentionProblem& p, int64_t seq,
-                   int64_t len) {
-  if (p.page_size == 0 || len == 0) return {};
-  const int64_t used = pages_per_seq(len, p.page_size);
-  for (int64_t i = 0; i < used; ++i) {
-    const int32_t page = kv.page_table[seq * kv.pages_per_seq + i];
-    if (page < 0 || page >= kv.n_pages)
-      return invalid_argument(fmt::format(
-          "tensors.{}.page_table[{}]={} (sequence {}, page {}) is out of range (allowed: 0 .. "
-          "n_pages - 1={})",
-          which, seq * kv.pages_per_seq + i, page, seq, i, kv.n_pages - 1));
-  }
-  return {};
-}
-
 }  // namespace
 
 Status reference_attention(const AttentionProblem& p, const AttentionTensors& t, double* out_f64) {
@@ -47,6 +31,7 @@ Status reference_attention(const AttentionProblem& p, const AttentionTensors& t,
   if (Status s = validate(p, t); !s) return s;
   if (Status s = validate_q_offsets(p, t.q_offsets); !s) return s;
   if (Status s = validate_kv_lens(p, t.kv_lens); !s) return s;
+  if (Status s = validate_page_tables(p, t); !s) return s;
 
   const int32_t G = p.group();
   const int32_t dk = p.head_dim.k;
@@ -57,8 +42,6 @@ Status reference_attention(const AttentionProblem& p, const AttentionTensors& t,
 
   for (int64_t s = 0; s < p.n_seqs; ++s) {
     const int64_t len = t.kv_lens ? t.kv_lens[s] : p.kv_capacity;
-    if (Status st = check_pages("k", t.k, p, s, len); !st) return st;
-    if (Status st = check_pages("v", t.v, p, s, len); !st) return st;
     // Query i of this sequence is packed row q0 + i of q / out / lse (problem.hpp).
     const int64_t q0 = q_row_base(t.q_offsets, p.n_q_tokens, s);
     const int32_t nq = q_len(t.q_offsets, p.n_q_tokens, s);

@@ -185,11 +185,11 @@ TEST(CApiPlan, NullArgumentsAreErrorsNotCrashes) {
   kvflash_plan_destroy(plan);
   // An unsupported problem: the registry's explanation.
   kvflash_problem p = a.p;
-  p.page_size = 16;  // the CPU kernels read contiguous caches
+  p.n_q_tokens = 100;  // prefill-sized: the decode kernels' guard says why
   kvflash_options cpu_only = cpu_options(1);
-  cpu_only.exclude_kernels = "cpu.reference";
+  cpu_only.force_kernel = "cpu.decode.portable";
   EXPECT_EQ(kvflash_plan_create(&p, &cpu_only, &plan), KVFLASH_ERROR_UNSUPPORTED);
-  EXPECT_TRUE(contains(last_error(), "kv_layout")) << last_error();
+  EXPECT_TRUE(contains(last_error(), "decode_q_tokens")) << last_error();
 }
 
 // ---- CUDA services and the device KV cache where no device is --------------------------------

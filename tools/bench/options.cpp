@@ -100,7 +100,7 @@ ParseResult parse_options(int argc, const char* const* argv, std::ostream& out, 
   list("-b,--batch", batch, "sequences per call");
   list("--page-size", page_size,
        "tokens per KV page: 0 = contiguous caches; N = paged caches (shuffled page tables, as a "
-       "serving engine's), CUDA only");
+       "serving engine's)");
   app.add_option("-r,--repetitions", reps, "timed calls per row (median, min, max reported)")
       ->capture_default_str();
   app.add_option("--warmup", warmup, "untimed calls per row before timing")->capture_default_str();

@@ -219,8 +219,26 @@ Expected<Timing> time_point_cpu(const Plan& pl, const RunConfig& cfg, const Ragg
   const AttentionProblem& p = pl.problem;
   const int64_t n_rows = int64_t{p.n_seqs} * p.kv_capacity * p.n_kv_heads;
   const size_t krow = row_size(p.k_type, p.head_dim.k), vrow = row_size(p.v_type, p.head_dim.v);
-  const size_t v_off = (krow * n_rows + 4095) / 4096 * 4096;
-  const size_t copy_bytes = v_off + vrow * n_rows;
+  // Paged (page_size > 0): as on the GPU, every sequence's pages spread over one pool in a
+  // shuffled order; the pool is the K (V) region.
+  const int32_t pps = static_cast<int32_t>(pages_per_seq(p.kv_capacity, p.page_size));
+  const int64_t n_pages = int64_t{p.n_seqs} * pps;
+  std::vector<int32_t> table(static_cast<size_t>(n_pages));
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), std::mt19937_64(cfg.seed + 1));
+  const auto layout = [&](const uint8_t* data, KvType t, int32_t dim) {
+    return p.page_size > 0 ? kv_tensor_paged(data, t, dim, p.n_kv_heads, p.page_size, n_pages,
+                                             table.data(), pps)
+                           : kv_tensor_contiguous(data, t, dim, p.n_kv_heads, p.kv_capacity);
+  };
+  const KvTensor k_layout = layout(nullptr, p.k_type, p.head_dim.k);
+  const KvTensor v_layout = layout(nullptr, p.v_type, p.head_dim.v);
+  const size_t k_bytes =
+      p.page_size > 0 ? size_t(n_pages * k_layout.stride_page) : krow * size_t(n_rows);
+  const size_t v_bytes =
+      p.page_size > 0 ? size_t(n_pages * v_layout.stride_page) : vrow * size_t(n_rows);
+  const size_t v_off = (k_bytes + 4095) / 4096 * 4096;
+  const size_t copy_bytes = v_off + v_bytes;
   const size_t n_q = size_t(rq.rows) * p.n_q_heads;
   const size_t fixed = n_q * (p.head_dim.k + p.head_dim.v) * sizeof(float) + pl.workspace_bytes;
   if (static_cast<double>(copy_bytes + fixed) > static_cast<double>(cfg.memory_budget))
@@ -245,11 +263,16 @@ Expected<Timing> time_point_cpu(const Plan& pl, const RunConfig& cfg, const Ragg
       return out_of_memory(fmt::format("cannot allocate input copy {} of {} ({:.2f} GiB)", c + 1,
                                        copies, gib(double(copy_bytes))));
   }
-  for (size_t r = 0; r < size_t(n_rows); r += pat) {
-    const size_t n = std::min(pat, size_t(n_rows) - r);
-    std::memcpy(bufs[0].data() + r * krow, kpat.data(), n * krow);
-    std::memcpy(bufs[0].data() + v_off + r * vrow, vpat.data(), n * vrow);
-  }
+  // Every row of every sequence (through the page table when paged), from the patterns in turn.
+  size_t r = 0;
+  for (int64_t seq = 0; seq < p.n_seqs; ++seq)
+    for (int64_t tok = 0; tok < p.kv_capacity; ++tok)
+      for (int64_t h = 0; h < p.n_kv_heads; ++h, ++r) {
+        std::memcpy(bufs[0].data() + kv_row_offset(k_layout, p.page_size, seq, tok, h),
+                    kpat.data() + (r % pat) * krow, krow);
+        std::memcpy(bufs[0].data() + v_off + kv_row_offset(v_layout, p.page_size, seq, tok, h),
+                    vpat.data() + (r % pat) * vrow, vrow);
+      }
   for (int64_t c = 1; c < copies; ++c) std::memcpy(bufs[c].data(), bufs[0].data(), copy_bytes);
 
   std::vector<float> q(n_q * p.head_dim.k), out(n_q * p.head_dim.v);
@@ -262,8 +285,8 @@ Expected<Timing> time_point_cpu(const Plan& pl, const RunConfig& cfg, const Ragg
     const uint8_t* base = bufs[size_t(it % copies)].data();
     AttentionTensors t;
     t.q = q.data();
-    t.k = kv_tensor_contiguous(base, p.k_type, p.head_dim.k, p.n_kv_heads, p.kv_capacity);
-    t.v = kv_tensor_contiguous(base + v_off, p.v_type, p.head_dim.v, p.n_kv_heads, p.kv_capacity);
+    t.k = layout(base, p.k_type, p.head_dim.k);
+    t.v = layout(base + v_off, p.v_type, p.head_dim.v);
     t.out = out.data();
     t.kv_lens = rq.kv_lens.empty() ? nullptr : rq.kv_lens.data();
     t.q_offsets = rq.offsets.empty() ? nullptr : rq.offsets.data();

@@ -43,8 +43,8 @@ struct ParityCase {
   float scale = 0.0f;  // 0: 1/sqrt(head_dim.k)
   KvLayout layout = KvLayout::token_major;
   // > 0: paged K and V (problem.page_size), pages of this many tokens in a pool with spare pages,
-  // every sequence's pages in a shuffled order, one table for K and V. Only CUDA kernels read
-  // paged caches (the CPU kernels decline them, guard kv_layout): a CPU-only build skips them.
+  // every sequence's pages in a shuffled order, one table for K and V (read by the CPU and CUDA
+  // kernels alike).
   int32_t page_size = 0;
   // Ragged queries (problem.ragged_q, packed q / out / lse): non-empty, one query count per
   // sequence (n_seqs of them, each 0 .. n_q_tokens), with each sequence's KV length in q_kv_lens

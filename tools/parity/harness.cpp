@@ -380,16 +380,12 @@ void run_one(CaseData& data, const RunOptions& opt, CaseResult& r) {
       return;
     }
     // Unsupported here: a skip when another backend serves the case, a coverage gap otherwise
-    // (every backend together must cover the supported space, problem.hpp).
-    // Paged caches are outside that space: only CUDA kernels read them (problem.hpp), so a build
-    // without one skips them, saying why.
+    // (every backend together must cover the supported space, problem.hpp; paged caches
+    // included: the CPU kernels read them too).
     const Expected<const KernelCandidate*> any = select_kernel(p, select_options(opt, {}));
-    r.outcome = any || p.page_size > 0 ? Outcome::skip : Outcome::fail;
+    r.outcome = any ? Outcome::skip : Outcome::fail;
     r.message = any ? fmt::format("unsupported on {} (served by {}): {}", to_string(r.backend),
                                   (*any)->name, backend_reasons(sel.error().message, r.backend))
-                : p.page_size > 0
-                    ? fmt::format("paged caches: no kernel of this build reads them ({})",
-                                  backend_reasons(sel.error().message, r.backend))
                     : "no backend serves this case: " + sel.error().message;
     return;
   }

@@ -20,8 +20,8 @@ inline constexpr int32_t kKeyChunk = 64;
 inline constexpr int32_t kLanes = 16;
 
 // One call covers n_heads KV heads of one sequence over keys [kv_begin, kv_end), walked in blocks
-// of block_keys tokens, every head within a block. Per-head data sits at fixed strides from the
-// head-0 pointers below.
+// of block_keys tokens, every head within a block (paged: blocks cut at page boundaries too).
+// Per-head data sits at fixed strides from the head-0 pointers below.
 struct AttendParams {
   KvType k_type, v_type;
   int32_t dk;        // stored K values per row: padded_values(k_type, head_dim.k) (whole blocks)
@@ -56,6 +56,14 @@ struct AttendParams {
   float* l;  // (n_heads, n_rows) running sums
 
   float* scratch;  // attend_scratch_floats(...) floats, 64-byte aligned
+
+  // Paged caches (page_size > 0): k and v are then the pools' data pointers, and key c of this
+  // sequence lives in page k_pages[c / page_size] (v_pages for V) at row c % page_size of it,
+  // *_page_stride bytes per page; k_stride / v_stride are the token strides inside a page.
+  int32_t page_size;
+  const int32_t* k_pages;
+  const int32_t* v_pages;
+  int64_t k_page_stride, v_page_stride;
 };
 
 // Floats of scratch one call needs.

@@ -767,19 +767,42 @@ void attend(const AttendParams& p) {
   AttendParams h = p;
   h.prefetch_end = p.kv_end;
   const int64_t rows = p.head_rows;
-  // Block by block, every head: consecutive tokens of all heads are read together.
+  // Block by block, every head: consecutive tokens of all heads are read together. Paged: each
+  // block in runs inside one page, with the head-0 rows' base that puts key c of the run at
+  // base + c * stride (an integer: the base itself may lie outside the pool), and no prefetch
+  // past the run (the next keys are in another page).
+  const auto run_base = [&](const uint8_t* pool, const int32_t* pages, int64_t page_stride,
+                            int64_t stride, int64_t r0) {
+    const int64_t page = pages[r0 / p.page_size];
+    const auto row = reinterpret_cast<uintptr_t>(pool) +
+                     static_cast<uintptr_t>(page * page_stride + (r0 % p.page_size) * stride);
+    return reinterpret_cast<const uint8_t*>(row - static_cast<uintptr_t>(r0 * stride));
+  };
   for (int64_t b = p.kv_begin; b < p.kv_end; b += p.block_keys) {
-    h.kv_begin = b;
-    h.kv_end = std::min(p.kv_end, b + p.block_keys);
-    for (int32_t head = 0; head < p.n_heads; ++head) {
-      h.k = p.k + head * p.k_head_stride;
-      h.v = p.v + head * p.v_head_stride;
-      h.q = p.q + head * rows * p.dk;
-      h.o = p.o + head * rows * p.dv;
-      h.m = p.m + head * rows;
-      h.l = p.l + head * rows;
-      h.alibi = p.alibi ? p.alibi + int64_t{head} * p.group : nullptr;
-      attend_head(h, ctx, q16_of(head), load(q16_scale_of(head)));
+    const int64_t b_end = std::min(p.kv_end, b + p.block_keys);
+    for (int64_t r0 = b; r0 < b_end;) {
+      int64_t r1 = b_end;
+      const uint8_t* k = p.k;
+      const uint8_t* v = p.v;
+      if (p.page_size > 0) {
+        r1 = std::min(r1, (r0 / p.page_size + 1) * p.page_size);
+        k = run_base(p.k, p.k_pages, p.k_page_stride, p.k_stride, r0);
+        v = run_base(p.v, p.v_pages, p.v_page_stride, p.v_stride, r0);
+        h.prefetch_end = r1;
+      }
+      h.kv_begin = r0;
+      h.kv_end = r1;
+      for (int32_t head = 0; head < p.n_heads; ++head) {
+        h.k = k + head * p.k_head_stride;
+        h.v = v + head * p.v_head_stride;
+        h.q = p.q + head * rows * p.dk;
+        h.o = p.o + head * rows * p.dv;
+        h.m = p.m + head * rows;
+        h.l = p.l + head * rows;
+        h.alibi = p.alibi ? p.alibi + int64_t{head} * p.group : nullptr;
+        attend_head(h, ctx, q16_of(head), load(q16_scale_of(head)));
+      }
+      r0 = r1;
     }
   }
 }

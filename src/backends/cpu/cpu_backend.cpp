@@ -96,6 +96,7 @@ void parallel_for(const Plan& plan, int64_t n_tasks, F&& f) {
 Status run_cpu(const Plan& plan, const AttentionTensors& t, void* workspace, KernelFn kernel) {
   const AttentionProblem& p = plan.problem;  // the tensors passed validate(plan, t) in run()
   if (Status s = validate_kv_lens(p, t.kv_lens); !s) return s;
+  if (Status s = validate_page_tables(p, t); !s) return s;
   if (Status s = validate_q_offsets(p, t.q_offsets); !s) return s;
   if (workspace == nullptr && plan.workspace_bytes > 0)
     return invalid_argument(
@@ -201,8 +202,6 @@ Status run_cpu(const Plan& plan, const AttentionTensors& t, void* workspace, Ker
     a.kv_end = end;
     a.block_keys = kHeadBlockKeys;
     a.n_heads = p.n_kv_heads;
-    a.k = kv_at(t.k, seq, 0);
-    a.v = kv_at(t.v, seq, 0);
     a.k_head_stride = t.k.stride_head;
     a.v_head_stride = t.v.stride_head;
     a.q = q;
@@ -210,6 +209,18 @@ Status run_cpu(const Plan& plan, const AttentionTensors& t, void* workspace, Ker
     a.o = o;
     a.m = m;
     a.l = l;
+    if (p.page_size == 0) {
+      a.k = kv_at(t.k, seq, 0);
+      a.v = kv_at(t.v, seq, 0);
+    } else {  // the kernel walks the pages (AttendParams)
+      a.k = static_cast<const uint8_t*>(t.k.data);
+      a.v = static_cast<const uint8_t*>(t.v.data);
+      a.page_size = p.page_size;
+      a.k_pages = t.k.page_table + seq * t.k.pages_per_seq;
+      a.v_pages = t.v.page_table + seq * t.v.pages_per_seq;
+      a.k_page_stride = t.k.stride_page;
+      a.v_page_stride = t.v.stride_page;
+    }
     kernel(a);
   });
 
@@ -257,15 +268,6 @@ std::optional<std::string> reject_prefill_sized(const AttentionProblem& p) {
   return std::nullopt;
 }
 
-// The CPU kernels walk each (sequence, head)'s keys at one token stride.
-std::optional<std::string> reject_paged(const AttentionProblem& p) {
-  if (p.page_size == 0) return std::nullopt;
-  return fmt::format(
-      "page_size={} is paged (allowed: 0; the CPU kernels read contiguous, token-strided caches; "
-      "paged ones are read by cuda.decode, cuda.prefill and cpu.reference)",
-      p.page_size);
-}
-
 #if defined(KVFLASH_CPU_AVX512)
 // F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
 bool cpu_has_f16c() {
@@ -309,7 +311,6 @@ KernelCandidate make_candidate(std::string name, int priority, KernelFn fn, bool
   (void)needs_avx512;
 #endif
   if (decode_only) c.guards.push_back({"decode_q_tokens", reject_prefill_sized});
-  c.guards.push_back({"kv_layout", reject_paged});
   c.make_plan = plan_cpu;
   c.run = [fn](const Plan& plan, const AttentionTensors& t, void* ws, void*) {
     return run_cpu(plan, t, ws, fn);
