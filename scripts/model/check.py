@@ -44,23 +44,6 @@ def bits(stderr):
     return float(m.group(1)) if m else float("nan")
 
 
-def needle_prompt(rng, depth, fraction):
-    """A document of about `depth` bytes: the asked fact at `fraction` of it, two distractor facts
-    elsewhere, then the question. Returns (prompt, code word)."""
-    keys = rng.sample(needle_text.KEYS, 3)
-    codes = [needle_text.code_word(rng) for _ in keys]
-    facts = [needle_text.fact(k, c) for k, c in zip(keys, codes)]
-    body = needle_text.filler(rng, max(0, depth - sum(len(f) for f in facts)))
-    cuts = [int(fraction * len(body)), rng.randint(0, len(body)), rng.randint(0, len(body))]
-    pieces = sorted(zip(cuts, facts), key=lambda x: x[0])
-    text, prev = "", 0
-    for cut, f in pieces:
-        text += body[prev:cut] + f
-        prev = cut
-    text += body[prev:] + needle_text.question(keys[0])
-    return text, codes[0]
-
-
 def log_softmax(row):
     m = max(row)
     s = math.log(sum(math.exp(x - m) for x in row))
@@ -77,6 +60,9 @@ def main():
     ap.add_argument("--kld-bytes", type=int, default=8192)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--threads", default="0")
+    ap.add_argument("--require", type=float, default=None, metavar="FRACTION",
+                    help="exit 1 unless f16 finds at least FRACTION of the needles at every depth "
+                         "and q8_0 (if listed) finds as many as f16 (the CI check)")
     a = ap.parse_args()
     types = a.types.split(",")
     depths = [int(d) for d in a.depths.split(",")]
@@ -84,8 +70,8 @@ def main():
 
     # The same prompts for every type.
     rng = random.Random(a.seed)
-    needles = {d: [needle_prompt(rng, d, (i + 0.5) / a.needles) for i in range(a.needles)]
-               for d in depths}
+    needles = {d: [needle_text.needle_prompt(rng, d, (i + 0.5) / a.needles)
+                   for i in range(a.needles)] for d in depths}
     kld_text, _ = needle_text.document(rng, a.kld_bytes)
 
     rows = []
@@ -128,6 +114,15 @@ def main():
     for kv, bpv, found, kl_mean, kl_p99, agree in rows:
         cells = " | ".join(f"{found[d]}/{a.needles}" for d in depths)
         print(f"| {kv} | {bpv:.3f} | {cells} | {kl_mean:.2e} | {kl_p99:.2e} | {agree:.4f} |")
+    if a.require is not None:
+        found = {kv: f for kv, _, f, *_ in rows}
+        fails = [f"f16 found {found['f16'][d]}/{a.needles} at {d}" for d in depths
+                 if "f16" in found and found["f16"][d] < a.require * a.needles]
+        fails += [f"q8_0 found {found['q8_0'][d]} at {d}, f16 {found['f16'][d]}" for d in depths
+                  if "q8_0" in found and "f16" in found and found["q8_0"][d] < found["f16"][d]]
+        for f in fails:
+            print(f"FAIL: {f}", file=sys.stderr)
+        return 1 if fails else 0
     return 0
 
 

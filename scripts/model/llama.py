@@ -43,7 +43,7 @@ class RMSNorm(nn.Module):
 def rope(x, positions, base):
     """x: (batch, tokens, heads, head_dim); pairs (2i, 2i + 1) rotated."""
     d = x.shape[-1]
-    inv = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    inv = base ** (-torch.arange(0, d, 2, dtype=torch.float64, device=positions.device) / d)
     theta = positions.to(torch.float64)[:, None] * inv[None, :]  # (tokens, d / 2)
     cos = torch.cos(theta).to(x.dtype)[None, :, None, :]
     sin = torch.sin(theta).to(x.dtype)[None, :, None, :]
@@ -55,11 +55,14 @@ def rope(x, positions, base):
 
 
 def causal_attention(q, k, v):
-    """(batch, heads, tokens, head_dim) each; softmax(q k^T / sqrt(d)) v over keys <= the query
-    (written out: Debian's PyTorch 1.13 has no scaled_dot_product_attention)."""
+    """(batch, heads, tokens, head_dim) each; softmax(q k^T / sqrt(d)) v over keys <= the query.
+    On a GPU through PyTorch's scaled_dot_product_attention (flash), else written out (Debian's
+    PyTorch 1.13 has none, and the CPU check compares against this exact form)."""
+    if q.is_cuda and hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     t = q.shape[-2]
     s = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
-    s = s.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+    s = s.masked_fill(torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
     return torch.softmax(s, dim=-1) @ v
 
 
@@ -102,9 +105,12 @@ class Llama(nn.Module):
         self.out_norm = RMSNorm(c.dim, c.eps)
         self.output = nn.Linear(c.dim, c.vocab, bias=False)
 
-    def forward(self, ids):
+    def forward(self, ids, positions=None):
+        """ids (batch, tokens); positions (tokens,) for RoPE, 0.. by default (training may skip
+        ahead, scripts/model/train.py)."""
         x = self.tok_embd(ids)
-        positions = torch.arange(ids.shape[1])
+        if positions is None:
+            positions = torch.arange(ids.shape[1], device=ids.device)
         for layer in self.layers:
             x = layer(x, positions)
         return self.output(self.out_norm(x))

@@ -22,32 +22,70 @@ def fact(key, code):
 
 
 def question(key):
-    return f"Q: What is the code word for {key}? A: "
+    """The question repeats the fact's words up to its code word, so that retrieval is copying
+    what followed the same words earlier (the induction pattern small models learn)."""
+    return f"Q: The code word for {key} is "
 
 
-def filler(rng, n_bytes):
+def filler(rng, n_bytes, echo=0.0):
+    """Sentences of random words, n_bytes of them. With echo > 0, that share of the sentences
+    carry a random code-like tag that a later sentence repeats: copying what followed an earlier
+    occurrence (the induction pattern that retrieval is built on) then pays everywhere in the
+    text, not only at the few answers (without it the model never learned to copy)."""
     out = []
     size = 0
+    pending = []
     while size < n_bytes:
-        s = " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 12))).capitalize() + ". "
+        words = [rng.choice(WORDS) for _ in range(rng.randint(5, 12))]
+        if pending and rng.random() < 0.5:
+            words.insert(rng.randrange(len(words) + 1), pending.pop(0))
+        elif echo and rng.random() < echo:
+            tag = code_word(rng)
+            words.insert(rng.randrange(len(words) + 1), tag)
+            pending.append(tag)
+        s = " ".join(words) + ". "
+        s = s[0].upper() + s[1:]
         out.append(s)
         size += len(s)
     return "".join(out)[:n_bytes]
 
 
-def document(rng, n_bytes, n_facts=3):
-    """Filler of about n_bytes with n_facts facts at random places, then a question about one of
-    them and its answer. Returns (text, start of the answer in bytes)."""
+def document(rng, n_bytes, n_facts=3, n_questions=1, echo=0.0):
+    """Filler of about n_bytes with n_facts facts at random places, then n_questions questions
+    about distinct ones, each followed by its answer. Returns (text, the answers' starts in
+    bytes)."""
     keys = rng.sample(KEYS, n_facts)
     codes = [code_word(rng) for _ in keys]
-    asked = rng.randrange(n_facts)
-    tail = question(keys[asked]) + codes[asked] + "\n"
-    body = filler(rng, max(0, n_bytes - len(tail) - sum(len(fact(k, c)) for k, c in zip(keys, codes))))
+    asked = rng.sample(range(n_facts), n_questions)
+    tails = [question(keys[i]) + codes[i] + "\n" for i in asked]
+    size = sum(len(t) for t in tails) + sum(len(fact(k, c)) for k, c in zip(keys, codes))
+    body = filler(rng, max(0, n_bytes - size), echo)
     cuts = sorted(rng.randint(0, len(body)) for _ in keys)
     parts, prev = [], 0
     for cut, k, c in zip(cuts, keys, codes):
         parts += [body[prev:cut], fact(k, c)]
         prev = cut
     parts.append(body[prev:])
-    text = "".join(parts) + tail
-    return text, len(text) - len(codes[asked]) - 1
+    text = "".join(parts)
+    answers = []
+    for t, i in zip(tails, asked):
+        answers.append(len(text) + len(t) - len(codes[i]) - 1)
+        text += t
+    return text, answers
+
+
+def needle_prompt(rng, depth, fraction):
+    """A document of about `depth` bytes: the asked fact at `fraction` of it, two distractor facts
+    elsewhere, then the question. Returns (prompt, code word)."""
+    keys = rng.sample(KEYS, 3)
+    codes = [code_word(rng) for _ in keys]
+    facts = [fact(k, c) for k, c in zip(keys, codes)]
+    body = filler(rng, max(0, depth - sum(len(f) for f in facts)))
+    cuts = [int(fraction * len(body)), rng.randint(0, len(body)), rng.randint(0, len(body))]
+    pieces = sorted(zip(cuts, facts), key=lambda x: x[0])
+    text, prev = "", 0
+    for cut, f in pieces:
+        text += body[prev:cut] + f
+        prev = cut
+    text += body[prev:] + question(keys[0])
+    return text, codes[0]
