@@ -89,3 +89,18 @@ def needle_prompt(rng, depth, fraction):
         prev = cut
     text += body[prev:] + question(keys[0])
     return text, codes[0]
+
+
+def induction_drill(rng, n_bytes, pool=8):
+    """n_bytes of code words drawn again and again from a pool of `pool` fresh ones: every
+    character after a word's first is predictable only by copying what followed that word's
+    first character earlier (an induction head), the pattern retrieval builds on; a curriculum
+    document for train.py (--drill)."""
+    words = [code_word(rng) for _ in range(pool)]
+    out = []
+    size = 0
+    while size < n_bytes:
+        w = rng.choice(words) + " "
+        out.append(w)
+        size += len(w)
+    return "".join(out)[:n_bytes]

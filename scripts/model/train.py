@@ -32,12 +32,16 @@ import llama  # noqa: E402
 import needle_text  # noqa: E402
 from needle_text import document  # noqa: E402
 
-def batch(rng, n, seq, answer_weight, facts, questions, echo):
+def batch(rng, n, seq, answer_weight, facts, questions, echo, drill=0.0):
     """n documents of seq + 1 bytes: inputs, targets and per-target loss weights (the answers'
-    bytes weigh answer_weight, the rest 1)."""
+    bytes weigh answer_weight, the rest 1); a `drill` share of them are induction drills
+    (needle_text.induction_drill) instead."""
     xs, ws = [], []
     for _ in range(n):
-        text, answers = document(rng, seq + 1, facts, questions, echo)
+        if rng.random() < drill:
+            text, answers = needle_text.induction_drill(rng, seq + 1), []
+        else:
+            text, answers = document(rng, seq + 1, facts, questions, echo)
         b = list(text.encode("ascii"))[: seq + 1]
         b += [ord(" ")] * (seq + 1 - len(b))
         w = [1.0] * seq
@@ -99,6 +103,10 @@ def main():
     ap.add_argument("--answer-weight", type=float, default=8.0)
     ap.add_argument("--facts", type=int, default=4, help="code-word facts per document")
     ap.add_argument("--questions", type=int, default=4, help="of them asked at its end")
+    ap.add_argument("--drill", type=float, default=0.5,
+                    help="share of the documents that are induction drills (needle_text."
+                         "induction_drill) during the first --drill-steps steps")
+    ap.add_argument("--drill-steps", type=int, default=2000)
     ap.add_argument("--echo", type=float, default=0.3,
                     help="share of filler sentences with a tag repeated later (needle_text.filler)")
     ap.add_argument("--seed", type=int, default=41)
@@ -135,7 +143,8 @@ def main():
     for step in range(1, a.steps + 1):
         seq = rng.choice(seqs)
         x, y, w = (t.to(a.device) for t in batch(rng, a.batch * longest // seq, seq, a.answer_weight,
-                                                    a.facts, a.questions, a.echo))
+                                                    a.facts, a.questions, a.echo,
+                                                    a.drill if step <= a.drill_steps else 0.0))
         pos = skip_positions(rng, seq, a.span).to(a.device)
         with autocast(a.device):
             logits = model(x, pos)
