@@ -13,6 +13,7 @@ CUDA backend, whose calls are enqueued on torch's current stream without synchro
 """
 
 import contextlib
+import sys
 
 import numpy as np
 
@@ -123,6 +124,19 @@ def _backend(device):
     return "cpu" if device == "cpu" else "cuda"
 
 
+def _torch():
+    return sys.modules.get("torch")  # never imported here: NumPy users need no torch
+
+
+class _NoTensor:
+    """The runner's tensor type while torch is not imported: nothing is an instance."""
+
+
+def _tensor_type():
+    torch = _torch()
+    return torch.Tensor if torch is not None else _NoTensor
+
+
 class Plan:
     """One attention problem, planned once: the kernel, its workspace (owned here) and the device.
     run() allocates nothing but `out` / `lse` when they are not given.
@@ -161,14 +175,27 @@ class Plan:
         with _on_device(device):
             self._native = _kvflash.plan(problem, _backend(device), kernel or "", list(exclude),
                                          n_threads, True)
+        self._problem = self._native.problem  # a copy, read by the checks
+        p = self._problem
         size = self._native.workspace_bytes
         if device == "cpu":
             self._workspace = np.empty(size, np.uint8) if size else None
             self._workspace_addr = self._workspace.ctypes.data if size else 0
+            index, current_device, current_stream = -1, None, None
         else:
             import torch
             self._workspace = torch.empty(size, dtype=torch.uint8, device=device)
             self._workspace_addr = self._workspace.data_ptr()
+            index = torch.device(device).index
+            current_device = torch.cuda.current_device
+            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # torch >= 2.0
+            current_stream = raw or (lambda i: torch.cuda.current_stream(i).cuda_stream)
+        self._runner = _kvflash.Runner(self._native, self._workspace_addr, _tensor_type(), index,
+                                       current_device, current_stream)
+        self._try_run = self._runner.try_run
+        # What run() allocates when out / lse are not given: (q_heads, head_dim_v) rows.
+        self._out_shape = (p.n_seqs, p.n_q_tokens, p.n_q_heads, p.head_dim_v)
+        self._lse_shape = self._out_shape[:-1]
 
     problem = property(lambda self: self._native.problem)
     kernel = property(lambda self: self._native.kernel)
@@ -179,33 +206,61 @@ class Plan:
         return f"Plan({self.kernel} on {self.device}: {self.problem!r})"
 
     def run(self, q, k_cache, v_cache, kv_lens=None, *, page_table=None, sinks=None,
-            alibi_slopes=None, mask=None, out=None, lse=None, return_lse=False):
+            alibi_slopes=None, mask=None, out=None, lse=None, return_lse=False, q_offsets=None):
         """Attention of q over the caches into out (float32 (batch, q_tokens, q_heads,
         head_dim_v), allocated when None); with return_lse (or an lse given), returns (out, lse).
+        Ragged plans (ragged=True): q (total, q_heads, head_dim), out (total, q_heads,
+        head_dim_v), lse (total, q_heads), q_offsets (batch + 1,) int32.
         """
-        p = self.problem
-        t = {name: optional_view(x, name) for name, x in (
-            ("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("kv_lens", kv_lens),
-            ("page_table", page_table), ("sinks", sinks), ("alibi_slopes", alibi_slopes),
-            ("mask", mask), ("out", out), ("lse", lse))}
+        if out is None:
+            out = self._empty(q, self._out_shape)
+        if lse is None and return_lse:
+            lse = self._empty(q, self._lse_shape)
+        # The fast path: arguments with the signatures the checks accepted last time.
+        if not self._try_run(q, k_cache, v_cache, kv_lens, page_table, sinks, alibi_slopes, mask,
+                             out, lse, q_offsets):
+            self._run_checked(q, k_cache, v_cache, kv_lens, page_table, sinks, alibi_slopes,
+                              mask, out, lse, q_offsets)
+        return out if lse is None else (out, lse)
+
+    def _empty(self, q, shape):
+        """A new float32 array or tensor for out / lse, of q's kind on the plan's device (None
+        when q is neither, which the checks then name)."""
+        if self._problem.ragged_q:
+            try:
+                shape = (int(q.shape[0]),) + shape[2:]
+            except (AttributeError, IndexError, TypeError):
+                return None
+        if isinstance(q, np.ndarray):
+            return np.empty(shape, np.float32)
+        torch = _torch()
+        if torch is not None and isinstance(q, torch.Tensor):
+            return torch.empty(shape, dtype=torch.float32, device=self.device)
+        return None
+
+    def _run_checked(self, *args):
+        """The first call with these tensors' signatures (or a call that differs): every check,
+        naming the argument; then the runner remembers the signatures for the fast path."""
+        p = self._problem
+        names = ("q", "k_cache", "v_cache", "kv_lens", "page_table", "sinks", "alibi_slopes",
+                 "mask", "out", "lse", "q_offsets")
+        self._runner.forget()
+        t = {name: optional_view(x, name) for name, x in zip(names, args)}
         self._check_shapes(t)
-        if t["out"] is None:
-            out = empty(t["q"], (p.n_seqs, p.n_q_tokens, p.n_q_heads, p.head_dim_v), "float32")
-            t["out"] = view(out, "out")
-        if t["lse"] is None and return_lse:
-            lse = empty(t["q"], (p.n_seqs, p.n_q_tokens, p.n_q_heads), "float32")
-            t["lse"] = view(lse, "lse")
+        if t["out"] is None:  # q passed the checks, so run() could have allocated it
+            raise TypeError("out: expected a NumPy array or a torch tensor")
         self._check_optional(t)
         for x in t.values():
             if x is not None:
                 require_device(x, self.device, "the plan's device")
+        nt = self._native_tensors(t)
+        packed_rows = t["q"].shape[0] if p.ragged_q else 0
+        self._runner.remember(*args, nt, packed_rows, _tensor_type())
         with _on_device(self.device):
-            _kvflash.run(self._native, self._native_tensors(t), self._workspace_addr,
-                         self._stream())
-        return (out, lse) if t["lse"] is not None else out
+            self._runner.run(nt, self._stream())
 
     def _check_shapes(self, t):
-        p = self.problem
+        p = self._problem
         if (t["page_table"] is not None) != (p.page_size > 0):
             raise ValueError("page_table: " + ("the plan is paged, pass one" if p.page_size else
                                                "given to a plan of contiguous caches"))
@@ -221,7 +276,7 @@ class Plan:
         require_contiguous(t["q"])
 
     def _check_optional(self, t):
-        p = self.problem
+        p = self._problem
         float_tensors = {
             "out": (p.n_seqs, p.n_q_tokens, p.n_q_heads, p.head_dim_v),
             "lse": (p.n_seqs, p.n_q_tokens, p.n_q_heads),
@@ -259,7 +314,7 @@ class Plan:
                                  "library's mask_stride)")
 
     def _native_tensors(self, t):
-        p = self.problem
+        p = self._problem
         nt = _kvflash.Tensors()
         nt.q = t["q"].addr
         nt.k = _kv_tensor(t["k_cache"], t["page_table"])
