@@ -60,15 +60,25 @@ def _require_rows(t, kv_type, head_dim):
         raise ValueError(f"{t.name}: rows of {t.shape[-1]}, expected {want} {unit}")
 
 
-def _shape_problem(q, k, v, page_table, k_type, v_type, head_dim_v):
+def _shape_problem(q, k, v, page_table, k_type, v_type, head_dim_v, q_offsets=None,
+                   q_tokens=None):
     """The problem's fields that the tensors' shapes fix: one derivation for Plan.for_tensors and
-    for Plan.run's check that the tensors fit the plan."""
-    require_ndim(q, 4, "(batch, q_tokens, q_heads, head_dim)")
+    for Plan.run's check that the tensors fit the plan. Ragged (q_offsets given): q is packed
+    (total, q_heads, head_dim), the batch is q_offsets' length - 1, and q_tokens (the most
+    queries of a sequence) comes from the caller."""
     for t in (k, v):
         require_ndim(t, 4, "(batch, capacity, kv_heads, row) or, paged, "
                            "(n_pages, page_size, kv_heads, row)")
     p = _kvflash.Problem()
-    p.n_seqs, p.n_q_tokens, p.n_q_heads, p.head_dim_k = q.shape
+    if q_offsets is None:
+        require_ndim(q, 4, "(batch, q_tokens, q_heads, head_dim)")
+        p.n_seqs, p.n_q_tokens, p.n_q_heads, p.head_dim_k = q.shape
+    else:
+        require_ndim(q, 3, "(total, q_heads, head_dim): packed rows, as q_offsets says")
+        require_ndim(q_offsets, 1, "(batch + 1,)")
+        p.ragged_q = True
+        p.n_seqs, p.n_q_tokens = q_offsets.shape[0] - 1, q_tokens
+        p.n_q_heads, p.head_dim_k = q.shape[1:]
     p.k_type = _cache_type(k, k_type, "k_type")
     p.v_type = _cache_type(v, v_type, "v_type")
     p.head_dim_v = head_dim_v if head_dim_v is not None else _v_head_dim(p.head_dim_k, v)
@@ -87,6 +97,17 @@ def _shape_problem(q, k, v, page_table, k_type, v_type, head_dim_v):
     return p
 
 
+def _max_step(offsets):
+    """The largest step of host offsets (at least 1): the most queries of a sequence."""
+    if offsets.device != "cpu":
+        raise ValueError("q_offsets: on a CUDA device; pass max_q_tokens= (the most queries of "
+                         "a sequence) to plan without reading them")
+    require_dtype(offsets, "int32")
+    require_ndim(offsets, 1, "(batch + 1,)")
+    steps = np.diff(np.asarray(offsets.obj.numpy() if offsets.is_torch else offsets.obj))
+    return max(1, int(steps.max())) if steps.size else 1
+
+
 def _set_features(p, causal, window, softcap, scale, sinks, alibi, mask):
     p.causal = bool(causal)
     p.window = int(window or 0)
@@ -96,7 +117,7 @@ def _set_features(p, causal, window, softcap, scale, sinks, alibi, mask):
 
 
 # Which argument each shape-derived field comes from, for Plan.run's messages.
-_FIELD_ARGUMENT = {"n_seqs": "q", "n_q_tokens": "q", "n_q_heads": "q", "head_dim_k": "q",
+_FIELD_ARGUMENT = {"ragged_q": "q_offsets", "n_seqs": "q", "n_q_tokens": "q", "n_q_heads": "q", "head_dim_k": "q",
                    "n_kv_heads": "k_cache", "head_dim_v": "v_cache", "page_size": "k_cache",
                    "kv_capacity": "k_cache", "k_type": "k_cache",
                    "v_type": "v_cache"}
@@ -148,22 +169,31 @@ class Plan:
     def __init__(self, *, q_heads, kv_heads, head_dim, kv_capacity, k_type="f16", v_type="f16",
                  head_dim_v=None, batch=1, q_tokens=1, page_size=0, causal=True, window=0,
                  softcap=0.0, scale=None, sinks=False, alibi=False, mask=False, device="cpu",
-                 kernel=None, exclude=(), n_threads=0):
+                 kernel=None, exclude=(), n_threads=0, ragged=False):
         p = _kvflash.Problem()
         p.n_seqs, p.n_q_tokens, p.n_q_heads, p.n_kv_heads = batch, q_tokens, q_heads, kv_heads
         p.head_dim_k = head_dim
         p.head_dim_v = head_dim_v if head_dim_v is not None else _default_v_head_dim(head_dim)
         p.k_type, p.v_type, p.kv_capacity, p.page_size = k_type, v_type, kv_capacity, page_size
+        p.ragged_q = bool(ragged)  # q_tokens: then the most queries of any sequence
         _set_features(p, causal, window, softcap, scale, sinks, alibi, mask)
         self._make(p, _device_name(device), kernel, exclude, n_threads)
 
     @classmethod
     def for_tensors(cls, q, k_cache, v_cache, *, k_type=None, v_type=None, page_table=None,
                     causal=True, window=0, softcap=0.0, scale=None, sinks=None, alibi_slopes=None,
-                    mask=None, kernel=None, exclude=(), n_threads=0):
+                    mask=None, kernel=None, exclude=(), n_threads=0, q_offsets=None,
+                    max_q_tokens=None):
+        """Ragged (q_offsets given): max_q_tokens, the most queries of any sequence, defaults
+        to the offsets' largest step on the CPU (read on the host); on CUDA it must be given
+        (reading device offsets would synchronize)."""
         qt = view(q, "q")
+        offsets = optional_view(q_offsets, "q_offsets")
+        if offsets is not None and max_q_tokens is None:
+            max_q_tokens = _max_step(offsets)
         p = _shape_problem(qt, view(k_cache, "k_cache"), view(v_cache, "v_cache"),
-                           optional_view(page_table, "page_table"), k_type, v_type, None)
+                           optional_view(page_table, "page_table"), k_type, v_type, None,
+                           offsets, max_q_tokens)
         _set_features(p, causal, window, softcap, scale, sinks is not None,
                       alibi_slopes is not None, mask is not None)
         plan = cls.__new__(cls)
@@ -264,12 +294,17 @@ class Plan:
         if (t["page_table"] is not None) != (p.page_size > 0):
             raise ValueError("page_table: " + ("the plan is paged, pass one" if p.page_size else
                                                "given to a plan of contiguous caches"))
+        if (t["q_offsets"] is not None) != p.ragged_q:
+            raise ValueError("q_offsets: " + ("the plan is ragged, pass them" if p.ragged_q else
+                                              "given to a plan that is not ragged"))
         got = _shape_problem(t["q"], t["k_cache"], t["v_cache"], t["page_table"], p.k_type,
-                             p.v_type, p.head_dim_v)
+                             p.v_type, p.head_dim_v, t["q_offsets"], p.n_q_tokens)
         for field, arg in _FIELD_ARGUMENT.items():
             if getattr(got, field) != getattr(p, field):
                 if field == "kv_capacity" and p.page_size:
                     arg = "page_table"  # pages per sequence x page size
+                if field == "n_seqs" and p.ragged_q:
+                    arg = "q_offsets"  # its length - 1
                 raise ValueError(f"{arg}: gives {field}={getattr(got, field)}, the plan has "
                                  f"{getattr(p, field)}")
         require_dtype(t["q"], "float32")
@@ -277,9 +312,9 @@ class Plan:
 
     def _check_optional(self, t):
         p = self._problem
+        rows = (t["q"].shape[0],) if p.ragged_q else (p.n_seqs, p.n_q_tokens)  # of q, out, lse
         float_tensors = {
-            "out": (p.n_seqs, p.n_q_tokens, p.n_q_heads, p.head_dim_v),
-            "lse": (p.n_seqs, p.n_q_tokens, p.n_q_heads),
+            "out": rows + (p.n_q_heads, p.head_dim_v), "lse": rows + (p.n_q_heads,),
             "sinks": (p.n_q_heads,), "alibi_slopes": (p.n_q_heads,)}
         for name, shape in float_tensors.items():
             if t[name] is not None:
@@ -301,6 +336,16 @@ class Plan:
         if t["page_table"] is not None:
             require_dtype(t["page_table"], "int32")
             require_contiguous(t["page_table"])
+        if t["q_offsets"] is not None:
+            require_dtype(t["q_offsets"], "int32")
+            require_contiguous(t["q_offsets"])
+            # The offsets' rules bound the packed rows by batch x q_tokens. Host offsets are read
+            # and held to the rows given on every call (the runner); device offsets cannot be
+            # read without a sync, so the rows must cover that bound.
+            if self.device != "cpu" and rows[0] < p.n_seqs * p.n_q_tokens:
+                raise ValueError(f"q: {rows[0]} rows; a CUDA plan's packed q / out / lse need "
+                                 f"batch x q_tokens = {p.n_seqs * p.n_q_tokens} (offsets on the "
+                                 "device are not read on the host)")
         if t["mask"] is not None:
             m = t["mask"]
             require_dtype(m, "float32")
@@ -319,7 +364,7 @@ class Plan:
         nt.q = t["q"].addr
         nt.k = _kv_tensor(t["k_cache"], t["page_table"])
         nt.v = _kv_tensor(t["v_cache"], t["page_table"])
-        for name in ("kv_lens", "mask", "sinks", "alibi_slopes", "out", "lse"):
+        for name in ("kv_lens", "mask", "sinks", "alibi_slopes", "out", "lse", "q_offsets"):
             if t[name] is not None:
                 setattr(nt, name, t[name].addr)
         if t["mask"] is not None:
@@ -350,12 +395,15 @@ def _kv_tensor(t, page_table):
 
 def attention(q, k_cache, v_cache, kv_lens=None, *, k_type=None, v_type=None, page_table=None,
               causal=True, window=0, softcap=0.0, sinks=None, alibi_slopes=None, mask=None,
-              scale=None, out=None, return_lse=False, kernel=None):
+              scale=None, out=None, return_lse=False, kernel=None, q_offsets=None,
+              max_q_tokens=None):
     """One call: plans the problem the tensors describe, then runs it (a decode loop keeps a Plan
-    instead). Returns out, or (out, lse) with return_lse."""
+    instead). Returns out, or (out, lse) with return_lse. Ragged batches: q packed (total,
+    q_heads, head_dim) and q_offsets (batch + 1,) int32 (see Plan.for_tensors)."""
     plan = Plan.for_tensors(q, k_cache, v_cache, k_type=k_type, v_type=v_type,
                             page_table=page_table, causal=causal, window=window, softcap=softcap,
                             scale=scale, sinks=sinks, alibi_slopes=alibi_slopes, mask=mask,
-                            kernel=kernel)
+                            kernel=kernel, q_offsets=q_offsets, max_q_tokens=max_q_tokens)
     return plan.run(q, k_cache, v_cache, kv_lens, page_table=page_table, sinks=sinks,
-                    alibi_slopes=alibi_slopes, mask=mask, out=out, return_lse=return_lse)
+                    alibi_slopes=alibi_slopes, mask=mask, out=out, return_lse=return_lse,
+                    q_offsets=q_offsets)
