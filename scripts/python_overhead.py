@@ -45,8 +45,7 @@ def build(args, keys):
 
 def native_loop(plan, q, k, v, lens, out):
     """A callable(n) that runs the native call n times, and what it measures."""
-    # The tensors as the slow path builds them (private helpers; the layout is the package's).
-    from kvflash import attention as A
+    # The tensors as the checked path builds them (private helpers; the package's layout).
     from kvflash._tensors import view
     t = {name: view(x, name) if x is not None else None for name, x in (
         ("q", q), ("k_cache", k), ("v_cache", v), ("kv_lens", lens), ("page_table", None),
@@ -57,7 +56,6 @@ def native_loop(plan, q, k, v, lens, out):
     if hasattr(_kvflash, "_bench_run"):
         return (lambda n: _kvflash._bench_run(plan._native, nt, ws, stream, n)), "C++ loop"
     run, native = _kvflash.run, plan._native
-    del A
 
     def loop(n):
         for _ in range(n):
@@ -123,7 +121,8 @@ def main():
               f"d {args.head_dim}, {keys} keys, {args.k_type}/{args.v_type}, {calls} calls x "
               f"{args.rounds} rounds (min):")
         print(f"  native ({how}) {us['native']:9.2f} us")
-        print(f"  plan.run(out=)  {us['run']:9.2f} us   overhead {us['run'] - us['native']:7.2f} us")
+        print(f"  plan.run(out=)  {us['run']:9.2f} us   overhead "
+              f"{us['run'] - us['native']:7.2f} us")
         print(f"  plan.run()      {us['run-new']:9.2f} us   overhead "
               f"{us['run-new'] - us['native']:7.2f} us")
 

@@ -18,7 +18,7 @@ import sys
 import numpy as np
 
 from . import _kvflash
-from ._tensors import (empty, optional_view, require_contiguous, require_device, require_dtype,
+from ._tensors import (optional_view, require_contiguous, require_device, require_dtype,
                        require_last_dim_contiguous, require_ndim, require_shape,
                        require_writeable, view)
 from .formats import row_size, supported_space
@@ -117,7 +117,8 @@ def _set_features(p, causal, window, softcap, scale, sinks, alibi, mask):
 
 
 # Which argument each shape-derived field comes from, for Plan.run's messages.
-_FIELD_ARGUMENT = {"ragged_q": "q_offsets", "n_seqs": "q", "n_q_tokens": "q", "n_q_heads": "q", "head_dim_k": "q",
+_FIELD_ARGUMENT = {"ragged_q": "q_offsets", "n_seqs": "q", "n_q_tokens": "q", "n_q_heads": "q",
+                   "head_dim_k": "q",
                    "n_kv_heads": "k_cache", "head_dim_v": "v_cache", "page_size": "k_cache",
                    "kv_capacity": "k_cache", "k_type": "k_cache",
                    "v_type": "v_cache"}
@@ -393,13 +394,43 @@ def _kv_tensor(t, page_table):
     return kv
 
 
+# torch.compile's "tracing now" test once kvflash.ops has registered the torch custom ops.
+_compiling = lambda: False  # noqa: E731
+
+
 def attention(q, k_cache, v_cache, kv_lens=None, *, k_type=None, v_type=None, page_table=None,
               causal=True, window=0, softcap=0.0, sinks=None, alibi_slopes=None, mask=None,
               scale=None, out=None, return_lse=False, kernel=None, q_offsets=None,
               max_q_tokens=None):
     """One call: plans the problem the tensors describe, then runs it (a decode loop keeps a Plan
     instead). Returns out, or (out, lse) with return_lse. Ragged batches: q packed (total,
-    q_heads, head_dim) and q_offsets (batch + 1,) int32 (see Plan.for_tensors)."""
+    q_heads, head_dim) and q_offsets (batch + 1,) int32 (see Plan.for_tensors). While
+    torch.compile traces (after `import kvflash.ops`), the call is the custom op's."""
+    if _compiling():
+        import torch
+        op = torch.ops.kvflash.attention_lse if return_lse else torch.ops.kvflash.attention
+        result = op(q, k_cache, v_cache, kv_lens, k_type=k_type, v_type=v_type,
+                    page_table=page_table, causal=causal, window=window, softcap=softcap,
+                    sinks=sinks, alibi_slopes=alibi_slopes, mask=mask, scale=scale,
+                    kernel=kernel, q_offsets=q_offsets, q_tokens=max_q_tokens)
+        if out is None:
+            return result
+        if return_lse:
+            out.copy_(result[0])
+            return out, result[1]
+        return out.copy_(result)
+    return _attention(q, k_cache, v_cache, kv_lens, k_type=k_type, v_type=v_type,
+                      page_table=page_table, causal=causal, window=window, softcap=softcap,
+                      sinks=sinks, alibi_slopes=alibi_slopes, mask=mask, scale=scale, out=out,
+                      return_lse=return_lse, kernel=kernel, q_offsets=q_offsets,
+                      max_q_tokens=max_q_tokens)
+
+
+def _attention(q, k_cache, v_cache, kv_lens=None, *, k_type=None, v_type=None, page_table=None,
+               causal=True, window=0, softcap=0.0, sinks=None, alibi_slopes=None, mask=None,
+               scale=None, out=None, return_lse=False, kernel=None, q_offsets=None,
+               max_q_tokens=None):
+    """attention() when torch.compile is not tracing: plan, then run."""
     plan = Plan.for_tensors(q, k_cache, v_cache, k_type=k_type, v_type=v_type,
                             page_table=page_table, causal=causal, window=window, softcap=softcap,
                             scale=scale, sinks=sinks, alibi_slopes=alibi_slopes, mask=mask,
