@@ -49,7 +49,8 @@ def native_loop(plan, q, k, v, lens, out):
     from kvflash._tensors import view
     t = {name: view(x, name) if x is not None else None for name, x in (
         ("q", q), ("k_cache", k), ("v_cache", v), ("kv_lens", lens), ("page_table", None),
-        ("sinks", None), ("alibi_slopes", None), ("mask", None), ("out", out), ("lse", None))}
+        ("sinks", None), ("alibi_slopes", None), ("mask", None), ("out", out), ("lse", None),
+        ("q_offsets", None))}
     nt = plan._native_tensors(t)
     stream = plan._stream()
     ws = plan._workspace_addr
