@@ -224,17 +224,18 @@ class Runner {
 
   void execute(const AttentionTensors& t, uintptr_t stream) {
     Status s;
+    const int64_t packed_rows = packed_rows_;  // read under the interpreter lock
     {
       py::gil_scoped_release released;
       // Ragged host plans: the offsets are read on the host, checked, and must stay inside the
       // packed tensors, whose rows the signature fixed.
       if (plan_.problem.ragged_q && device_index_ < 0) {
         s = validate_q_offsets(plan_.problem, t.q_offsets);
-        if (s && q_total_rows(plan_.problem, t.q_offsets) > packed_rows_) {
+        if (s && q_total_rows(plan_.problem, t.q_offsets) > packed_rows) {
           s = invalid_argument("q_offsets[n_seqs]=" +
                                std::to_string(q_total_rows(plan_.problem, t.q_offsets)) +
                                " is more rows than q, out and lse have (allowed: 0 .. " +
-                               std::to_string(packed_rows_) + ")");
+                               std::to_string(packed_rows) + ")");
         }
       }
       if (s) s = kvflash::run(plan_, t, address<void>(workspace_), address<void>(stream));
