@@ -14,6 +14,7 @@ CUDA backend, whose calls are enqueued on torch's current stream without synchro
 
 import contextlib
 import sys
+import threading
 
 import numpy as np
 
@@ -394,6 +395,36 @@ def _kv_tensor(t, page_table):
     return kv
 
 
+# kvflash.attention's plans, per thread (a plan serves one call at a time), by what fixes the
+# problem: the shapes and dtypes (and devices) of q, the caches, the page table and the ragged
+# offsets, which optional tensors are given, and the other arguments. A cached plan is planned
+# once (the KVFLASH_* variables are read then) and its run() checks every call's tensors as a
+# Plan's does. At most _CACHED_PLANS a thread, the oldest dropped first.
+_local = threading.local()
+_CACHED_PLANS = 16
+
+
+def _shape_key(x):
+    if x is None:
+        return None
+    if isinstance(x, np.ndarray):
+        return x.shape, x.dtype
+    return x.shape, x.dtype, x.device  # a torch tensor (else AttributeError: no key)
+
+
+def _plan_key(q, k, v, page_table, q_offsets, max_q_tokens, sinks, alibi, mask, *scalars):
+    if q_offsets is not None and max_q_tokens is None:
+        return None  # the problem depends on the offsets' values
+    try:
+        key = (_shape_key(q), _shape_key(k), _shape_key(v), _shape_key(page_table),
+               _shape_key(q_offsets), max_q_tokens, sinks is None, alibi is None, mask is None,
+               scalars)
+        hash(key)
+    except (AttributeError, TypeError):
+        return None  # not arrays or tensors, or unhashable arguments: planned and checked
+    return key
+
+
 # torch.compile's "tracing now" test once kvflash.ops has registered the torch custom ops.
 _compiling = lambda: False  # noqa: E731
 
@@ -430,11 +461,32 @@ def _attention(q, k_cache, v_cache, kv_lens=None, *, k_type=None, v_type=None, p
                causal=True, window=0, softcap=0.0, sinks=None, alibi_slopes=None, mask=None,
                scale=None, out=None, return_lse=False, kernel=None, q_offsets=None,
                max_q_tokens=None):
-    """attention() when torch.compile is not tracing: plan, then run."""
-    plan = Plan.for_tensors(q, k_cache, v_cache, k_type=k_type, v_type=v_type,
-                            page_table=page_table, causal=causal, window=window, softcap=softcap,
-                            scale=scale, sinks=sinks, alibi_slopes=alibi_slopes, mask=mask,
-                            kernel=kernel, q_offsets=q_offsets, max_q_tokens=max_q_tokens)
+    """attention() when torch.compile is not tracing: plan (or take this thread's plan of the
+    same problem), then run."""
+    key = _plan_key(q, k_cache, v_cache, page_table, q_offsets, max_q_tokens, sinks,
+                    alibi_slopes, mask, k_type, v_type, causal, window, softcap, scale, kernel)
+    plans = getattr(_local, "plans", None)
+    if plans is None:
+        plans = _local.plans = {}
+    plan = plans.get(key) if key is not None else None
+    if plan is None:
+        plan = Plan.for_tensors(q, k_cache, v_cache, k_type=k_type, v_type=v_type,
+                                page_table=page_table, causal=causal, window=window,
+                                softcap=softcap, scale=scale, sinks=sinks,
+                                alibi_slopes=alibi_slopes, mask=mask, kernel=kernel,
+                                q_offsets=q_offsets, max_q_tokens=max_q_tokens)
+        if key is not None:
+            if len(plans) >= _CACHED_PLANS:
+                del plans[next(iter(plans))]  # the oldest
+            plans[key] = plan
+            if plan.device != "cpu":
+                plan._workspace, plan._workspace_addr = None, 0  # one per call, below
+    if plan.device != "cpu" and key is not None:
+        # Calls on different streams must not share a workspace: a new one per call from torch's
+        # allocator, which hands its memory to another call only in stream order.
+        import torch
+        workspace = torch.empty(plan.workspace_bytes, dtype=torch.uint8, device=plan.device)
+        plan._runner.set_workspace(workspace.data_ptr())
     return plan.run(q, k_cache, v_cache, kv_lens, page_table=page_table, sinks=sinks,
                     alibi_slopes=alibi_slopes, mask=mask, out=out, return_lse=return_lse,
                     q_offsets=q_offsets)

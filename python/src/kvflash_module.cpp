@@ -222,6 +222,10 @@ class Runner {
 
   void forget() { remembered_ = false; }
 
+  // A workspace of the plan's workspace_bytes for the calls from now on (kvflash.attention's
+  // cached CUDA plans take a new one from torch's stream-ordered allocator per call).
+  void set_workspace(uintptr_t workspace) { workspace_ = workspace; }
+
   void execute(const AttentionTensors& t, uintptr_t stream) {
     Status s;
     const int64_t packed_rows = packed_rows_;  // read under the interpreter lock
@@ -502,6 +506,7 @@ void bind_plan(py::module_& m) {
                    packed_rows, std::move(tensor_type));
       })
       .def("forget", &Runner::forget)
+      .def("set_workspace", &Runner::set_workspace)
       .def("run", &Runner::execute, py::arg("tensors"), py::arg("stream"));
 }
 

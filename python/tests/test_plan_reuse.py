@@ -196,3 +196,38 @@ def test_reference_at_growing_lengths_on_the_fast_path():
         want, _ = reference.attention(t["q"], k, v, lens)
         assert reference.nmse(out, want) < 5e-12
     assert len(checked) == 1
+
+
+def test_attention_keeps_a_plan_per_problem_and_thread(monkeypatch):
+    """kvflash.attention plans once per problem (shapes, dtypes, features) in each thread, and its
+    cached plan checks every call's tensors as a Plan's does."""
+    import sys
+    import threading
+    module = sys.modules["kvflash.attention"]  # (kvflash.attention is the function)
+    monkeypatch.setattr(module, "_local", threading.local())
+    planned = []
+    for_tensors = kvflash.Plan.for_tensors.__func__
+
+    def counting_for_tensors(cls, *args, **kw):
+        planned.append(1)
+        return for_tensors(cls, *args, **kw)
+    monkeypatch.setattr(kvflash.Plan, "for_tensors", classmethod(counting_for_tensors))
+    for seed in range(3):
+        t = tensors(seed, lib=torch)
+        out, lse = fresh(t)
+        want, _ = fresh(tensors(seed))  # NumPy: another key
+        assert np.array_equal(out.numpy(), want)
+    assert len(planned) == 2
+    fresh(t, sinks=t["sinks"])  # another problem
+    assert len(planned) == 3
+    with pytest.raises(ValueError, match="kv_lens: shape"):
+        fresh(dict(t, lens=t["lens"][:1]))
+    strided = torch.zeros((2, 1, H, 2 * D))[..., ::2]
+    with pytest.raises(ValueError, match="q: strides"):
+        fresh(dict(t, q=strided))
+    assert len(planned) == 3
+    other = []
+    thread = threading.Thread(target=lambda: other.append(fresh(t)[0]))
+    thread.start()
+    thread.join()
+    assert len(planned) == 4 and torch.equal(other[0], fresh(t)[0])
