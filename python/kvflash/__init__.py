@@ -3,6 +3,7 @@
     import kvflash
     k_bytes = kvflash.quantize(k, "q8_0")          # float32 (..., head_dim) -> uint8 rows
     out = kvflash.attention(q, k_bytes, v_bytes, kv_lens, k_type="q8_0", v_type="q8_0")
+    import kvflash.ops                             # torch.ops.kvflash.attention (torch.compile)
 """
 
 from ._kvflash import __version__, cuda_device_count, kernels

@@ -97,27 +97,35 @@ def _kv(a, page_table):
 
 
 def attention(q, k, v, k_type, v_type, kv_lens=None, page_table=None, causal=True, window=0,
-              softcap=0.0, scale=None, sinks=None, alibi_slopes=None, mask=None, kernel=None):
+              softcap=0.0, scale=None, sinks=None, alibi_slopes=None, mask=None, kernel=None,
+              q_offsets=None, max_q_tokens=None):
     """kvflash_attention on NumPy arrays: q (batch, q_tokens, q_heads, dk) float32, caches as
-    the package takes them (float32 for f32, uint8 bytes otherwise)."""
+    the package takes them (float32 for f32, uint8 bytes otherwise). Ragged: q (total, q_heads,
+    dk) and q_offsets (batch + 1,) int32; out and lse are packed the same way."""
     lib = library()
-    b, t, h, dk = q.shape
+    if q_offsets is None:
+        b, t, h, dk = q.shape
+        rows = (b, t)
+    else:
+        (total, h, dk), b, t = q.shape, len(q_offsets) - 1, max_q_tokens
+        rows = (total,)
     dv = v.shape[-1] if v.dtype == np.float32 else {192: 128, 576: 512}.get(dk, dk)
     p = Problem(n_seqs=b, n_q_tokens=t, n_q_heads=h, n_kv_heads=k.shape[2],
                 head_dim=HeadDims(dk, dv), k_type=_TYPES.index(k_type),
                 v_type=_TYPES.index(v_type), scale=scale or 0.0, causal=int(causal),
                 has_mask=mask is not None, window=window, softcap=softcap,
-                has_sinks=sinks is not None, has_alibi=alibi_slopes is not None)
+                has_sinks=sinks is not None, has_alibi=alibi_slopes is not None,
+                ragged_q=int(q_offsets is not None))
     if page_table is None:
         p.kv_capacity = k.shape[1]
     else:
         p.page_size, p.kv_capacity = k.shape[1], page_table.shape[1] * k.shape[1]
-    out = np.zeros((b, t, h, dv), np.float32)
-    lse = np.zeros((b, t, h), np.float32)
+    out = np.zeros(rows + (h, dv), np.float32)
+    lse = np.zeros(rows + (h,), np.float32)
     ts = Tensors(q=q.ctypes.data, k=_kv(k, page_table), v=_kv(v, page_table), out=out.ctypes.data,
                  lse=lse.ctypes.data)
     for name, a in (("kv_lens", kv_lens), ("sinks", sinks), ("alibi_slopes", alibi_slopes),
-                    ("mask", mask)):
+                    ("mask", mask), ("q_offsets", q_offsets)):
         if a is not None:
             setattr(ts, name, a.ctypes.data)
     if mask is not None:

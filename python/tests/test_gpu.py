@@ -64,3 +64,47 @@ def test_tensors_on_two_devices_are_refused():
     with pytest.raises(ValueError, match="k_cache: on cpu"):
         kvflash.attention(torch.randn(2, 1, 8, 128, device="cuda"), k, v.cuda(), k_type="q8_0",
                           v_type="q8_0")
+
+
+def test_a_reused_plan_follows_the_current_stream():
+    """The fast path (second call on) reads torch's current stream on every call."""
+    k, v = (x.cuda() for x in caches("q8_0"))
+    q = torch.randn(2, 1, 8, 128, device="cuda")
+    lens = torch.tensor([256, 100], device="cuda")
+    plan = kvflash.Plan.for_tensors(q, k, v, k_type="q8_0", v_type="q8_0")
+    want = plan.run(q, k, v, lens)
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        outs = [plan.run(q, k, v, lens) for _ in range(3)]
+    stream.synchronize()
+    for out in outs:
+        assert torch.equal(out, want)
+
+
+def test_ragged_on_the_device_needs_padded_rows():
+    k, v = (x.cuda() for x in caches("q8_0"))
+    lens = torch.tensor([256, 200], device="cuda")
+    q = torch.randn(2 * 4, 8, 128, device="cuda")  # batch x max_q_tokens rows
+    offsets = torch.tensor([0, 3, 4], dtype=torch.int32, device="cuda")
+    got = kvflash.attention(q, k, v, lens, k_type="q8_0", v_type="q8_0", q_offsets=offsets,
+                            max_q_tokens=4)
+    want = kvflash.attention(q.cpu()[:4], k.cpu(), v.cpu(), lens.cpu(), k_type="q8_0",
+                             v_type="q8_0", q_offsets=offsets.cpu(), max_q_tokens=4)
+    torch.cuda.synchronize()
+    assert torch.allclose(got.cpu()[:4], want, atol=2e-3, rtol=2e-3)
+    with pytest.raises(ValueError, match="batch x q_tokens = 8"):
+        kvflash.attention(q[:4], k, v, lens, k_type="q8_0", v_type="q8_0", q_offsets=offsets,
+                          max_q_tokens=4)
+
+
+def test_the_torch_op_on_the_device():
+    import kvflash.ops  # noqa: F401
+    k, v = (x.cuda() for x in caches("q8_0"))
+    q = torch.randn(2, 1, 8, 128, device="cuda")
+    lens = torch.tensor([256, 100], device="cuda")
+    want = kvflash.attention(q, k, v, lens, k_type="q8_0", v_type="q8_0")
+    got = torch.ops.kvflash.attention(q, k, v, lens, k_type="q8_0", v_type="q8_0")
+    torch.cuda.synchronize()
+    assert torch.equal(got, want)
