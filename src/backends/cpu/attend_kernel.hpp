@@ -64,6 +64,11 @@ struct AttendParams {
   const int32_t* k_pages;
   const int32_t* v_pages;
   int64_t k_page_stride, v_page_stride;
+  // Set by attend() per run of a paged call: the first rows of the keys that follow the run (in
+  // the next page), prefetched during the run's last chunk; next_keys 0: none.
+  const uint8_t* k_next;
+  const uint8_t* v_next;
+  int32_t next_keys;
 };
 
 // Floats of scratch one call needs.

@@ -632,6 +632,11 @@ void attend_head(const AttendParams& p, const Context& ctx, [[maybe_unused]] con
                 k_row_bytes,
                 v_row_bytes,
                 static_cast<int32_t>(std::clamp<int64_t>(pf_end - (c0 + n), 0, kKeyChunk))};
+    if (c0 + n >= p.kv_end && p.next_keys > 0 && c0 + n < pf_limit) {  // paged: the next page
+      pf.k = p.k_next;
+      pf.v = p.v_next;
+      pf.n = static_cast<int32_t>(std::min<int64_t>(p.next_keys, pf_limit - (c0 + n)));
+    }
 #if defined(__AVX512VNNI__)
     if (ctx.score_vnni) {
       ctx.score_vnni(q16, q16_scale, dk, p.k + c0 * p.k_stride, p.k_stride, n, ctx.tk, probs, pf);
@@ -769,8 +774,8 @@ void attend(const AttendParams& p) {
   const int64_t rows = p.head_rows;
   // Block by block, every head: consecutive tokens of all heads are read together. Paged: each
   // block in runs inside one page, with the head-0 rows' base that puts key c of the run at
-  // base + c * stride (an integer: the base itself may lie outside the pool), and no prefetch
-  // past the run (the next keys are in another page).
+  // base + c * stride (an integer: the base itself may lie outside the pool), prefetching up to
+  // the page's end (the keys after it are in another page).
   const auto run_base = [&](const uint8_t* pool, const int32_t* pages, int64_t page_stride,
                             int64_t stride, int64_t r0) {
     const int64_t page = pages[r0 / p.page_size];
@@ -784,17 +789,32 @@ void attend(const AttendParams& p) {
       int64_t r1 = b_end;
       const uint8_t* k = p.k;
       const uint8_t* v = p.v;
+      const uint8_t* k_next = nullptr;
+      const uint8_t* v_next = nullptr;
       if (p.page_size > 0) {
-        r1 = std::min(r1, (r0 / p.page_size + 1) * p.page_size);
+        const int64_t page_end = std::min(p.kv_end, (r0 / p.page_size + 1) * p.page_size);
+        r1 = std::min(r1, page_end);
         k = run_base(p.k, p.k_pages, p.k_page_stride, p.k_stride, r0);
         v = run_base(p.v, p.v_pages, p.v_page_stride, p.v_stride, r0);
-        h.prefetch_end = r1;
+        h.prefetch_end = page_end;
+        // The keys after the run, when they start the next page: their first rows.
+        h.next_keys = 0;
+        if (r1 == page_end && r1 < p.kv_end) {
+          k_next = run_base(p.k, p.k_pages, p.k_page_stride, p.k_stride, r1) + r1 * p.k_stride;
+          v_next = run_base(p.v, p.v_pages, p.v_page_stride, p.v_stride, r1) + r1 * p.v_stride;
+          h.next_keys = static_cast<int32_t>(
+              std::min<int64_t>({int64_t{kKeyChunk}, p.page_size, p.kv_end - r1}));
+        }
       }
       h.kv_begin = r0;
       h.kv_end = r1;
       for (int32_t head = 0; head < p.n_heads; ++head) {
         h.k = k + head * p.k_head_stride;
         h.v = v + head * p.v_head_stride;
+        if (h.next_keys > 0) {
+          h.k_next = k_next + head * p.k_head_stride;
+          h.v_next = v_next + head * p.v_head_stride;
+        }
         h.q = p.q + head * rows * p.dk;
         h.o = p.o + head * rows * p.dv;
         h.m = p.m + head * rows;
