@@ -16,11 +16,11 @@
 // dev/wgmma_ops.inc holds the inline-PTX wrappers (generated; long register lists).
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <algorithm>
 #include <vector>
 
 #include "wgmma_ops.inc"
@@ -50,8 +50,12 @@ __device__ inline uint64_t desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
 __device__ inline uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
-__device__ inline void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ inline void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ inline void wg_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ inline void wg_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
 template <int N>
 __device__ inline void wg_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
@@ -77,9 +81,9 @@ constexpr int kCheckKeys = 64, kD = 128;
 __global__ void check_kernel(const __half* q, const __half* k, const __half* v, float* s_out,
                              float* o_out, uint32_t v_lbo, uint32_t v_sbo) {
   extern __shared__ __align__(1024) uint8_t smem[];
-  uint8_t* sq = smem;                        // 64 x 128: 16 KB
-  uint8_t* sk = smem + 64 * kD * 2;          // 64 x 128
-  uint8_t* sv = smem + 2 * 64 * kD * 2;      // 64 x 128
+  uint8_t* sq = smem;                    // 64 x 128: 16 KB
+  uint8_t* sk = smem + 64 * kD * 2;      // 64 x 128
+  uint8_t* sv = smem + 2 * 64 * kD * 2;  // 64 x 128
   const int tid = threadIdx.x;
   for (int i = tid; i < 64 * kD; i += blockDim.x) {
     const int r = i / kD, c = i % kD;
@@ -148,16 +152,19 @@ constexpr int kRateKeys = 128;
 template <int NWG, bool kExp>
 __global__ void __launch_bounds__(128 * NWG, 1) rate_kernel(int iters, float* sink) {
   extern __shared__ __align__(1024) uint8_t smem[];
-  uint8_t* sk = smem;                          // 128 keys x 128: 32 KB
-  uint8_t* sv = smem + kRateKeys * kD * 2;     // 32 KB
-  uint8_t* sq = smem + 2 * kRateKeys * kD * 2; // NWG x 64 x 128
+  uint8_t* sk = smem;                           // 128 keys x 128: 32 KB
+  uint8_t* sv = smem + kRateKeys * kD * 2;      // 32 KB
+  uint8_t* sq = smem + 2 * kRateKeys * kD * 2;  // NWG x 64 x 128
   const int tid = threadIdx.x, wg = tid / 128;
   for (int i = tid; i < kRateKeys * kD / 2; i += blockDim.x)
-    reinterpret_cast<uint32_t*>(sk)[i] = reinterpret_cast<uint32_t*>(sv)[i] = 0x3c003c00u ^ (i & 0x00ff00ffu);
-  for (int i = tid; i < NWG * 64 * kD / 2; i += blockDim.x) reinterpret_cast<uint32_t*>(sq)[i] = 0x2c002c00u;
+    reinterpret_cast<uint32_t*>(sk)[i] = reinterpret_cast<uint32_t*>(sv)[i] =
+        0x3c003c00u ^ (i & 0x00ff00ffu);
+  for (int i = tid; i < NWG * 64 * kD / 2; i += blockDim.x)
+    reinterpret_cast<uint32_t*>(sq)[i] = 0x2c002c00u;
   fence_async_smem();
   __syncthreads();
-  const uint32_t q_addr = smem_u32(sq) + wg * 64 * kD * 2, k_addr = smem_u32(sk), v_addr = smem_u32(sv);
+  const uint32_t q_addr = smem_u32(sq) + wg * 64 * kD * 2, k_addr = smem_u32(sk),
+                 v_addr = smem_u32(sv);
   float o[64];
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] = 0.f;
@@ -203,7 +210,8 @@ void time_rate(int sms) {
   CK(cudaFuncSetAttribute(rate_kernel<NWG, kExp>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                           static_cast<int>(smem)));
   int per_sm = 0;
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, rate_kernel<NWG, kExp>, 128 * NWG, smem));
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, rate_kernel<NWG, kExp>, 128 * NWG,
+                                                   smem));
   float* sink;
   CK(cudaMalloc(&sink, 4096 * 4));
   const int iters = 2000, grid = sms * per_sm;
@@ -263,10 +271,14 @@ int main() {
   CK(cudaMemcpy(dq, q.data(), 64 * kD * 2, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(dk, k.data(), 64 * kD * 2, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(dv, v.data(), 64 * kD * 2, cudaMemcpyHostToDevice));
-  CK(cudaFuncSetAttribute(check_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 3 * 64 * kD * 2));
+  CK(cudaFuncSetAttribute(check_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          3 * 64 * kD * 2));
   // V descriptor candidates (MN-major, 128B swizzle): LBO, SBO in bytes.
-  const uint32_t cand[][2] = {{kCheckKeys * 128, 1024}, {1024, kCheckKeys * 128}, {16, 1024},
-                              {1024, 16}, {kCheckKeys * 128, 16}};
+  const uint32_t cand[][2] = {{kCheckKeys * 128, 1024},
+                              {1024, kCheckKeys * 128},
+                              {16, 1024},
+                              {1024, 16},
+                              {kCheckKeys * 128, 16}};
   for (const auto& c : cand) {
     CK(cudaMemset(ds, 0xff, 64 * 64 * 4));
     CK(cudaMemset(dout, 0xff, 64 * kD * 4));

@@ -236,10 +236,10 @@ class Runner {
       if (plan_.problem.ragged_q && device_index_ < 0) {
         s = validate_q_offsets(plan_.problem, t.q_offsets);
         if (s && q_total_rows(plan_.problem, t.q_offsets) > packed_rows) {
-          s = invalid_argument("q_offsets[n_seqs]=" +
-                               std::to_string(q_total_rows(plan_.problem, t.q_offsets)) +
-                               " is more rows than q, out and lse have (allowed: 0 .. " +
-                               std::to_string(packed_rows) + ")");
+          s = invalid_argument(
+              "q_offsets[n_seqs]=" + std::to_string(q_total_rows(plan_.problem, t.q_offsets)) +
+              " is more rows than q, out and lse have (allowed: 0 .. " +
+              std::to_string(packed_rows) + ")");
         }
       }
       if (s) s = kvflash::run(plan_, t, address<void>(workspace_), address<void>(stream));
@@ -298,8 +298,8 @@ class Runner {
           for (size_t i = 0; i < n; ++i) {
             if (a.shape()[i] != shape[i] || a.strides()[i] != strides[i]) return false;
           }
-          const auto* descr = py::detail::array_descriptor_proxy(
-              py::detail::array_proxy(h.ptr())->descr);
+          const auto* descr =
+              py::detail::array_descriptor_proxy(py::detail::array_proxy(h.ptr())->descr);
           if (descr->type_num != type_num || descr->byteorder != byteorder) return false;
           if (writeable && !a.writeable()) return false;  // only out / lse need it, and had it
           addr = reinterpret_cast<uintptr_t>(a.data());
@@ -326,8 +326,8 @@ class Runner {
       static PyObject* const n_data_ptr = PyUnicode_InternFromString("data_ptr");
       auto same = [&](PyObject* got, const py::object& want, bool identity) {
         if (got == nullptr) return false;
-        const int eq = identity ? int{got == want.ptr()}
-                                : PyObject_RichCompareBool(got, want.ptr(), Py_EQ);
+        const int eq =
+            identity ? int{got == want.ptr()} : PyObject_RichCompareBool(got, want.ptr(), Py_EQ);
         Py_DECREF(got);
         return eq == 1;
       };
@@ -372,13 +372,13 @@ void bind_formats(py::module_& m) {
     return row_size(kv_type(t), n);
   });
   m.def("supported_space", &supported_space);
-  m.def("quantize_rows", [](const std::string& t, uintptr_t src, int64_t n_rows, int64_t n,
-                            uintptr_t dst) {
-    check_rows("quantize", src, dst, n);
-    const KvType type = kv_type(t);
-    py::gil_scoped_release released;
-    quantize_rows(type, address<const float>(src), n_rows, n, address<void>(dst));
-  });
+  m.def("quantize_rows",
+        [](const std::string& t, uintptr_t src, int64_t n_rows, int64_t n, uintptr_t dst) {
+          check_rows("quantize", src, dst, n);
+          const KvType type = kv_type(t);
+          py::gil_scoped_release released;
+          quantize_rows(type, address<const float>(src), n_rows, n, address<void>(dst));
+        });
   m.def("dequantize_rows", [](const std::string& t, uintptr_t src, int64_t n_rows, int64_t n,
                               uintptr_t dst) {
     check_rows("dequantize", dst, src, n);
@@ -386,8 +386,7 @@ void bind_formats(py::module_& m) {
     const size_t bytes = row_size(type, n);
     py::gil_scoped_release released;
     for (int64_t r = 0; r < n_rows; ++r) {
-      dequantize_row(type, address<const uint8_t>(src) + r * bytes, n,
-                     address<float>(dst) + r * n);
+      dequantize_row(type, address<const uint8_t>(src) + r * bytes, n, address<float>(dst) + r * n);
     }
   });
   // Untested on a GPU so far (no device in the development VM): the host's bytes on the device,
@@ -395,8 +394,8 @@ void bind_formats(py::module_& m) {
   m.def("cuda_quantize_rows", [](const std::string& t, uintptr_t src, int64_t n_rows, int64_t n,
                                  uintptr_t dst, uintptr_t stream) {
     check_rows("quantize", src, dst, n);
-    check(gpu::quantize_rows(kv_type(t), address<const float>(src), n_rows, n,
-                             address<void>(dst), address<void>(stream)));
+    check(gpu::quantize_rows(kv_type(t), address<const float>(src), n_rows, n, address<void>(dst),
+                             address<void>(stream)));
   });
   m.def("cuda_device_count", &cuda_device_count);
 }
@@ -475,36 +474,36 @@ void bind_plan(py::module_& m) {
   py::class_<Plan>(m, "NativePlan")
       .def_property_readonly("problem", [](const Plan& p) { return p.problem; })
       .def_property_readonly("kernel", [](const Plan& p) { return p.kernel->name; })
-      .def_property_readonly("backend",
-                             [](const Plan& p) { return std::string(to_string(p.kernel->backend)); })
+      .def_property_readonly(
+          "backend", [](const Plan& p) { return std::string(to_string(p.kernel->backend)); })
       .def_readonly("n_threads", &Plan::n_threads)
       .def_readonly("n_splits", &Plan::n_splits)
       .def_readonly("workspace_bytes", &Plan::workspace_bytes);
   m.def("plan", &make_plan, py::arg("problem"), py::arg("backend"), py::arg("force"),
         py::arg("exclude"), py::arg("n_threads"), py::arg("read_environment"));
   m.def("validate", [](const Plan& p, const AttentionTensors& t) { check(validate(p, t)); });
-  m.def("run", &run, py::arg("plan"), py::arg("tensors"), py::arg("workspace"),
-        py::arg("stream"));
+  m.def("run", &run, py::arg("plan"), py::arg("tensors"), py::arg("workspace"), py::arg("stream"));
   m.def("kernels", &kernels);
   m.def("_bench_run", &bench_run);
 
   using H = py::handle;
   py::class_<Runner>(m, "Runner")
       .def(py::init<const Plan&, uintptr_t, py::object, int, py::object, py::object>(),
-           py::arg("plan"), py::arg("workspace"), py::arg("tensor_type"),
-           py::arg("device_index"), py::arg("current_device"), py::arg("current_stream"))
+           py::arg("plan"), py::arg("workspace"), py::arg("tensor_type"), py::arg("device_index"),
+           py::arg("current_device"), py::arg("current_stream"))
       // Positional, no names: the per-call path (q, k, v, kv_lens, page_table, sinks,
       // alibi_slopes, mask, out, lse, q_offsets).
-      .def("try_run", [](Runner& r, H q, H k, H v, H lens, H table, H sinks, H alibi, H mask,
-                         H out, H lse, H offsets) {
-        return r.try_run({q, k, v, lens, table, sinks, alibi, mask, out, lse, offsets});
-      })
-      .def("remember", [](Runner& r, H q, H k, H v, H lens, H table, H sinks, H alibi, H mask,
-                          H out, H lse, H offsets, const AttentionTensors& t,
-                          int64_t packed_rows, py::object tensor_type) {
-        r.remember({q, k, v, lens, table, sinks, alibi, mask, out, lse, offsets}, t,
-                   packed_rows, std::move(tensor_type));
-      })
+      .def("try_run",
+           [](Runner& r, H q, H k, H v, H lens, H table, H sinks, H alibi, H mask, H out, H lse,
+              H offsets) {
+             return r.try_run({q, k, v, lens, table, sinks, alibi, mask, out, lse, offsets});
+           })
+      .def("remember",
+           [](Runner& r, H q, H k, H v, H lens, H table, H sinks, H alibi, H mask, H out, H lse,
+              H offsets, const AttentionTensors& t, int64_t packed_rows, py::object tensor_type) {
+             r.remember({q, k, v, lens, table, sinks, alibi, mask, out, lse, offsets}, t,
+                        packed_rows, std::move(tensor_type));
+           })
       .def("forget", &Runner::forget)
       .def("set_workspace", &Runner::set_workspace)
       .def("run", &Runner::execute, py::arg("tensors"), py::arg("stream"));

@@ -180,8 +180,9 @@ TEST(PagedCpuKernels, ShuffledPagesGiveTheContiguousResult) {
     if (k.backend == Backend::cpu && k.name != "cpu.reference") kernels.push_back(k.name);
   ASSERT_FALSE(kernels.empty());
   int served = 0;
-  for (const auto& [kt, vt] : {std::pair{KvType::f16, KvType::f16}, std::pair{KvType::q8_0, KvType::q8_0},
-                               std::pair{KvType::q4_0, KvType::turbo3}}) {
+  for (const auto& [kt, vt] :
+       {std::pair{KvType::f16, KvType::f16}, std::pair{KvType::q8_0, KvType::q8_0},
+        std::pair{KvType::q4_0, KvType::turbo3}}) {
     for (int32_t n_q : {1, 2, 20}) {
       AttentionProblem p = problem(kt, vt);
       p.n_q_tokens = n_q;

@@ -158,8 +158,8 @@ Status run_cpu(const Plan& plan, const AttentionTensors& t, void* workspace, Ker
     const int64_t len = t.kv_lens ? t.kv_lens[seq] : p.kv_capacity;
     // Splits of whole blocks of keys (kHeadBlockKeys): every block then starts at a multiple of
     // it, so a paged cache's blocks stay inside one page wherever the page size is a multiple.
-    const int64_t per =
-        ((len + S.n_splits - 1) / S.n_splits + kHeadBlockKeys - 1) / kHeadBlockKeys * kHeadBlockKeys;
+    const int64_t per = ((len + S.n_splits - 1) / S.n_splits + kHeadBlockKeys - 1) /
+                        kHeadBlockKeys * kHeadBlockKeys;
     const int64_t begin = std::min(len, split * per), end = std::min(len, begin + per);
     const int32_t i0 = static_cast<int32_t>(tile * S.tile_tokens);
     const int32_t n_rows = tile_len(seq, tile) * G;
