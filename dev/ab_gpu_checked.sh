@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.." || exit 1
 mkdir -p /tmp/ab
 # shellcheck source=scripts/gpu_deps.sh
 source scripts/gpu_deps.sh || exit 1
-cmake -S . -B build/ab-a -DCMAKE_BUILD_TYPE=Release -DKVFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+cmake -S . -B build/ab-a -DCMAKE_BUILD_TYPE=Release -DKVFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
   -DKVFLASH_CUDA_ALL_PAIRS=ON "${prefix_args[@]}" > /tmp/ab/cfg.txt 2>&1
 cmake --build build/ab-a -j "$(nproc)" --target test_gpu_attention kvflash-parity kvflash-bench \
   > /tmp/ab/build_tests.txt 2>&1 || { tail -30 /tmp/ab/build_tests.txt; exit 1; }

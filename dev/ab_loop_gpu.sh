@@ -33,7 +33,7 @@ for i in "${!patches[@]}"; do
   tags+=("$tag"); dirs+=("$dir"); builds+=("$dir/build/ab-$tag")
 done
 b() {  # src, build dir, tag, targets
-  cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release -DKVFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+  cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release -DKVFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
     -DKVFLASH_CUDA_ALL_PAIRS=ON "${prefix_args[@]}" > "$out/cfg_$3.txt" 2>&1 &&
     cmake --build "$2" -j "$jobs" --target $4 > "$out/build_$3.txt" 2>&1
 }

@@ -18,7 +18,7 @@ build() {  # source, build dir, targets...
   shift 2
   log=$dir/build_$(basename "$b").txt
   if ! cmake -S "$src" -B "$b" -DCMAKE_BUILD_TYPE=Release -DKVFLASH_CUDA=ON \
-    -DKVFLASH_CUDA_ALL_PAIRS=ON -DCMAKE_CUDA_ARCHITECTURES=90 > "$log" 2>&1 ||
+    -DKVFLASH_CUDA_ALL_PAIRS=ON -DCMAKE_CUDA_ARCHITECTURES=90a > "$log" 2>&1 ||
     ! cmake --build "$b" -j "$(nproc)" --target "$@" >> "$log" 2>&1; then
     echo "build $b failed"
     tail -20 "$log"

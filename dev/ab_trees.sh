@@ -26,7 +26,7 @@ ab_build_trees() {
   jobs=$(nproc)
   ab_build_one() {  # src dir, build dir
     cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release -DKVFLASH_CUDA=ON \
-      -DKVFLASH_CUDA_ALL_PAIRS=ON -DCMAKE_CUDA_ARCHITECTURES=90 "${prefix_args[@]}" \
+      -DKVFLASH_CUDA_ALL_PAIRS=ON -DCMAKE_CUDA_ARCHITECTURES=90a "${prefix_args[@]}" \
       > "$out/build_$(basename "$2").txt" 2>&1 &&
       cmake --build "$2" -j "$((jobs / 2 > 0 ? jobs / 2 : 1))" --target kvflash-bench \
         >> "$out/build_$(basename "$2").txt" 2>&1

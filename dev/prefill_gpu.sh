@@ -32,7 +32,7 @@ prefill_cases='^q(9|[1-9][0-9]+)_'
 if has build; then
   all=OFF
   [ "${KVFLASH_ALL_PAIRS:-0}" = 1 ] && all=ON
-  cfg=(-DCMAKE_BUILD_TYPE=Release -DKVFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
+  cfg=(-DCMAKE_BUILD_TYPE=Release -DKVFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a
        -DKVFLASH_CUDA_ALL_PAIRS=$all "${prefix_args[@]}")
   t0=$(date +%s)
   if [ -n "${KVFLASH_AB_FLAGS:-}${KVFLASH_AB_SRC:-}" ]; then

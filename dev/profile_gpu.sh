@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.." || exit 1
 source scripts/gpu_deps.sh || exit 1
 points=("$@")
 [ ${#points[@]} -eq 0 ] && points=(turbo3:262144 turbo4:262144 q8_0:262144 q4_0:262144)
-cmake -S . -B build/prof -DCMAKE_BUILD_TYPE=Release -DKVFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+cmake -S . -B build/prof -DCMAKE_BUILD_TYPE=Release -DKVFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
   -DKVFLASH_CUDA_ALL_PAIRS=ON "${prefix_args[@]}" > "$out/build.txt" 2>&1 &&
   cmake --build build/prof -j "$(nproc)" --target kvflash-bench >> "$out/build.txt" 2>&1 ||
   { tail -30 "$out/build.txt"; exit 1; }

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.." || exit 1
 mkdir -p "$out"
 # shellcheck source=scripts/gpu_deps.sh
 source scripts/gpu_deps.sh || exit 1
-cmake -S . -B build/rc -DCMAKE_BUILD_TYPE=Release -DKVFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+cmake -S . -B build/rc -DCMAKE_BUILD_TYPE=Release -DKVFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
   -DKVFLASH_CUDA_ALL_PAIRS=ON "${prefix_args[@]}" > "$out/cfg.txt" 2>&1
 cmake --build build/rc -j "$(nproc)" --target test_gpu_attention > "$out/build.txt" 2>&1 ||
   { tail -20 "$out/build.txt"; exit 1; }

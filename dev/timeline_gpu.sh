@@ -16,7 +16,7 @@ source scripts/gpu_deps.sh || exit 1
 points=("$@")
 [ ${#points[@]} -eq 0 ] && points=(f16:1024 f16:4096 f16:32768 q4_0:4096 q4_0:32768 q8_0:4096
                                    turbo3:4096 f16:4096:8)
-cmake -S . -B build/tl -DCMAKE_BUILD_TYPE=Release -DKVFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+cmake -S . -B build/tl -DCMAKE_BUILD_TYPE=Release -DKVFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
   -DKVFLASH_CUDA_ALL_PAIRS=ON -DCMAKE_CUDA_FLAGS=-DKVFLASH_TIMELINE \
   -DCMAKE_CXX_FLAGS=-DKVFLASH_TIMELINE "${prefix_args[@]}" \
   > "$out/tl_build.txt" 2>&1 &&

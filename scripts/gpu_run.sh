@@ -51,7 +51,7 @@ if ! source scripts/gpu_deps.sh 2> "$out/env.txt"; then cat "$out/env.txt"; exit
 
 # Every (K, V) type pair's kernels (KVFLASH_CUDA_ALL_PAIRS): the tests and the benchmark cover the
 # whole matrix, as a release build ships it.
-cmake -S . -B build/gpu -DCMAKE_BUILD_TYPE=Release -DKVFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+cmake -S . -B build/gpu -DCMAKE_BUILD_TYPE=Release -DKVFLASH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
   -DKVFLASH_CUDA_ALL_PAIRS=ON "${prefix_args[@]}" > "$out/build.txt" 2>&1 &&
   cmake --build build/gpu -j "$jobs" ${KVFLASH_GPU_QUICK:+--target kvflash-bench} \
     ${KVFLASH_GPU_VARIANTS:+--target kvflash-bench kvflash-parity test_gpu_attention} \

@@ -41,26 +41,35 @@ TEST(CudaPrefillLayout, RegionsAreAlignedDisjointAndFitTheDevice) {
         EXPECT_LE(l.dvc, l.dv_bucket);
         EXPECT_LE(l.dkc, l.dv_bucket);
         EXPECT_EQ(l.block_rows, block_rows(l.dv_bucket));
-        std::vector<Region> r = {{l.q_off, l.q_off + int64_t{l.block_rows} * l.q_stride}};
+        const int64_t k_tile = swizzled_bytes(kTileKeys, l.dkc);
+        const int64_t v_tile = swizzled_bytes(kTileKeys, l.dv_bucket);
+        std::vector<Region> r = {{l.q_off, l.q_off + swizzled_bytes(l.block_rows, l.dv_bucket)}};
+        std::vector<int64_t> operand_tiles = {l.q_off};
         for (int s = 0; s < kStages; ++s) {
           const int64_t base = int64_t{s} * l.stage_bytes;
-          const auto staged = [&](TileMode mode, int32_t op_stride, int32_t slot, int32_t data,
+          const auto staged = [&](TileMode mode, int64_t op_tile, int32_t slot, int32_t data,
                                   int32_t lead) {
-            if (mode == TileMode::direct)
-              r.push_back({base + data, base + data + int64_t{kTileKeys} * op_stride});
+            if (mode == TileMode::direct) {
+              r.push_back({base + data, base + data + op_tile});
+              operand_tiles.push_back(base + data);
+            }
             if (mode == TileMode::raw) {
               r.push_back({base + data, base + data + int64_t{kTileKeys} * slot});
               r.push_back({base + lead, base + lead + kTileKeys});
             }
           };
-          staged(l.k_mode, l.k_op_stride, l.k_slot, l.k_stage_off, l.k_lead_off);
-          staged(l.v_mode, l.v_op_stride, l.v_slot, l.v_stage_off, l.v_lead_off);
+          staged(l.k_mode, k_tile, l.k_slot, l.k_stage_off, l.k_lead_off);
+          staged(l.v_mode, v_tile, l.v_slot, l.v_stage_off, l.v_lead_off);
           EXPECT_LE(base + l.stage_bytes, int64_t{l.k_stage_off} + (s + 1) * l.stage_bytes);
         }
-        if (l.k_mode != TileMode::direct)
-          r.push_back({l.k_dec_off, l.k_dec_off + int64_t{kTileKeys} * l.k_op_stride});
-        if (l.v_mode != TileMode::direct)
-          r.push_back({l.v_dec_off, l.v_dec_off + int64_t{kTileKeys} * l.v_op_stride});
+        if (l.k_mode != TileMode::direct) {
+          r.push_back({l.k_dec_off, l.k_dec_off + k_tile});
+          operand_tiles.push_back(l.k_dec_off);
+        }
+        if (l.v_mode != TileMode::direct) {
+          r.push_back({l.v_dec_off, l.v_dec_off + v_tile});
+          operand_tiles.push_back(l.v_dec_off);
+        }
         if (is_rotated(k)) r.push_back({l.scratch_off, l.scratch_off + kWarps * 128 * 4});
         std::sort(r.begin(), r.end(), [](Region a, Region b) { return a.lo < b.lo; });
         for (size_t i = 0; i < r.size(); ++i) {
@@ -70,14 +79,9 @@ TEST(CudaPrefillLayout, RegionsAreAlignedDisjointAndFitTheDevice) {
             EXPECT_LE(r[i - 1].hi, r[i].lo) << "regions " << i - 1 << ", " << i;
           }
         }
-        // Operand rows: 16-byte aligned, and ldmatrix's eight rows in distinct banks.
-        for (int32_t stride : {l.q_stride, l.k_op_stride, l.v_op_stride}) {
-          EXPECT_EQ(stride % 16, 0);
-          std::vector<int> quads;  // the 16-byte bank quad each of eight rows starts in
-          for (int row = 0; row < 8; ++row) quads.push_back(row * stride / 16 % 8);
-          std::sort(quads.begin(), quads.end());
-          EXPECT_EQ(std::unique(quads.begin(), quads.end()), quads.end()) << "stride " << stride;
-        }
+        // Operand tiles start where the swizzle's 8-row groups do (the descriptors' rule).
+        for (int64_t off : operand_tiles) EXPECT_EQ(off % kSwizzleAlign, 0) << off;
+        EXPECT_EQ(l.stage_bytes % kSwizzleAlign, 0);
         // Raw slots hold the widest lead (15 bytes) and the row.
         if (l.k_mode == TileMode::raw) {
           EXPECT_GE(l.k_slot, l.k_row_bytes + 15);
@@ -85,10 +89,38 @@ TEST(CudaPrefillLayout, RegionsAreAlignedDisjointAndFitTheDevice) {
         if (l.v_mode == TileMode::raw) {
           EXPECT_GE(l.v_slot, l.v_row_bytes + 15);
         }
-        EXPECT_GE(l.smem_total, l.smem_epilogue);
+        EXPECT_GE(l.smem_total, l.smem_epilogue + kSwizzleAlign);
+        EXPECT_GE(l.smem_total, l.smem_main + kSwizzleAlign);
         // The whole CTA fits the Hopper opt-in limit (227 KB) with its static shared memory.
         EXPECT_LE(l.smem_total + 256, size_t{227} * 1024);
       }
+    }
+  }
+}
+
+TEST(CudaPrefillLayout, SwizzledTilesPlaceEveryValueOnceAndSpreadBanks) {
+  for (int32_t rows : {64, 128, 256}) {
+    for (int32_t dims : {64, 80, 128, 256}) {
+      std::vector<int> used(static_cast<size_t>(swizzled_bytes(rows, dims)) / 2, 0);
+      for (int32_t r = 0; r < rows; ++r)
+        for (int32_t d = 0; d < dims; ++d) {
+          const int32_t off = swizzled_offset(r, d, rows);
+          ASSERT_EQ(off % 2, 0);
+          ASSERT_LT(off, swizzled_bytes(rows, dims));
+          EXPECT_EQ(used[size_t(off / 2)]++, 0) << r << ", " << d;
+          // Eight consecutive values of a row stay one 16-byte chunk (the copies' unit).
+          if (d % 8) {
+            EXPECT_EQ(off, swizzled_offset(r, d - 1, rows) + 2);
+          }
+        }
+      // The 16-byte chunk of the same columns in eight consecutive rows: eight distinct banks.
+      for (int32_t r0 = 0; r0 < rows; r0 += 8)
+        for (int32_t d = 0; d < dims; d += 8) {
+          std::vector<int> quads;
+          for (int32_t r = r0; r < r0 + 8; ++r) quads.push_back(swizzled_offset(r, d, rows) / 16 % 8);
+          std::sort(quads.begin(), quads.end());
+          EXPECT_EQ(std::unique(quads.begin(), quads.end()), quads.end());
+        }
     }
   }
 }

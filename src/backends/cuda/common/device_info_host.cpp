@@ -44,10 +44,12 @@ std::optional<std::string> reject_arch(const AttentionProblem&) {
       return 0;
     return 10 * major + minor;
   }();
-  if (cc >= 90) return std::nullopt;
+  // Built for sm_90a (Hopper's arch-specific instructions: wgmma), the kernels load on
+  // compute capability 9.0 only.
+  if (cc == 90) return std::nullopt;
   return fmt::format(
-      "the current device is sm_{}; kvflash's CUDA kernels need sm_90 (Hopper) or "
-      "newer",
+      "the current device is sm_{}; kvflash's CUDA kernels are built for sm_90a (Hopper: H100, "
+      "H200)",
       cc);
 }
 

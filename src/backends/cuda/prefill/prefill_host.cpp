@@ -92,9 +92,7 @@ void problem_params(PrefillParams& d, const AttentionProblem& p, const PrefillLa
   d.dv = p.head_dim.v;
   d.dkc = l.dkc;
   d.dvc = l.dvc;
-  d.q_stride = l.q_stride;
-  d.k_op_stride = l.k_op_stride;
-  d.v_op_stride = l.v_op_stride;
+  d.block_rows = l.block_rows;
   d.k_slot = l.k_slot;
   d.v_slot = l.v_slot;
   d.q_off = l.q_off;
@@ -147,11 +145,11 @@ void plan_prefill(Plan& plan) {
   plan.detail = std::move(pp);
 }
 
-// The slot a tensor's rows are copied into: the operand row (direct, convert: 16-byte copies of
-// the whole row, no lead) or the raw slot.
+// The slot a tensor's rows are copied into: the raw slot, or for float rows the row itself
+// (copy_mode reads them with 16-byte copies, no lead, into the swizzled operand tile).
 int32_t slot_of(const PrefillLayout& l, bool k) {
-  if (k) return l.k_mode == TileMode::raw ? l.k_slot : l.k_op_stride;
-  return l.v_mode == TileMode::raw ? l.v_slot : l.v_op_stride;
+  if (k) return l.k_mode == TileMode::raw ? l.k_slot : l.k_row_bytes;
+  return l.v_mode == TileMode::raw ? l.v_slot : l.v_row_bytes;
 }
 
 // cuda.prefill's requirements on the tensors: decode's (check_device_tensors) for its slots.

@@ -29,6 +29,7 @@
 #include "backends/cuda/common/kv_values.hpp"
 #include "backends/cuda/common/mma.cuh"
 #include "backends/cuda/common/turbo_rotate.cuh"
+#include "backends/cuda/common/wgmma.cuh"
 #include "backends/cuda/prefill/prefill_params.hpp"
 #include "backends/cuda/prefill/prefill_plan.hpp"
 #include "kvflash/state.hpp"
@@ -69,8 +70,8 @@ __device__ __forceinline__ const uint8_t* tile_row(const PrefillParams& p, const
 }
 
 // Copies keys [k0, k0 + kTileKeys) of one tensor (rows past the range's end zero-filled) into a
-// stage: direct tensors straight into operand rows (`stride` bytes apart), raw ones into their
-// slots with each row's lead byte.
+// stage: direct tensors straight into the swizzled operand tile (16-byte copies: one chunk
+// each), raw ones into their slots (`stride` bytes apart) with each row's lead byte.
 template <TileMode kMode>
 __device__ __forceinline__ void issue_tile(const PrefillParams& p, const TileCopy& c, uint8_t* dst,
                                            uint8_t* leads, int stride, const PrefillCta& cta,
@@ -82,7 +83,8 @@ __device__ __forceinline__ void issue_tile(const PrefillParams& p, const TileCop
     const uint8_t* row = tile_row(p, c, cta, k0 + r, valid, bad_input);
     const int lead = static_cast<int>(reinterpret_cast<uintptr_t>(row) & c.lead_mask);
     const uint8_t* src = valid ? row - lead + u * c.unit : c.base;
-    uint8_t* d = dst + r * stride + u * c.unit;
+    uint8_t* d = kMode == TileMode::direct ? dst + swizzled_offset(r, (u * c.unit) >> 1, kTileKeys)
+                                            : dst + r * stride + u * c.unit;
     const int n = valid ? c.unit : 0;
     if (c.unit == 16) {
       cp_async<16>(d, src, n);
@@ -98,10 +100,10 @@ __device__ __forceinline__ void issue_tile(const PrefillParams& p, const TileCop
 }
 
 // f32 rows of keys [k0, k0 + kTileKeys) read and converted to f16 into the operand tile (zero
-// past the range's end): eight values per work item, `dc` dims per row.
+// past the range's end): eight values (one swizzle chunk) per work item, `dc` dims per row.
 __device__ __forceinline__ void convert_tile(const PrefillParams& p, const TileCopy& c,
                                              const PrefillCta& cta, int64_t k0, uint8_t* dst,
-                                             int stride, int dc, const FastDiv& div_items, int tid,
+                                             int dc, const FastDiv& div_items, int tid,
                                              int* bad_input) {
   const int per_row = dc / 8, total = kTileKeys * per_row;
   for (int i = tid; i < total; i += kThreads) {
@@ -115,7 +117,7 @@ __device__ __forceinline__ void convert_tile(const PrefillParams& p, const TileC
       h = make_uint4(pack2<false>(a.x, a.y), pack2<false>(a.z, a.w), pack2<false>(b.x, b.y),
                      pack2<false>(b.z, b.w));
     }
-    *reinterpret_cast<uint4*>(dst + r * stride + 16 * k8) = h;
+    *reinterpret_cast<uint4*>(dst + swizzled_offset(r, 8 * k8, kTileKeys)) = h;
   }
 }
 
@@ -124,8 +126,8 @@ __device__ __forceinline__ void convert_tile(const PrefillParams& p, const TileC
 // format is the same for K and V, so V tiles go through K's fragment decoders too.)
 template <KvType T>
 __device__ __forceinline__ void decode_tile(const uint8_t* raw, const uint8_t* leads, int slot,
-                                            uint8_t* dst, int stride, int dc,
-                                            const FastDiv& div_items, int tid) {
+                                            uint8_t* dst, int dc, const FastDiv& div_items,
+                                            int tid) {
   {
     // Work items: (row, 32-dim block b, thread slot t): decode's K fragment decoders give the
     // eight values as f16 pairs (turbo: centroids, times the group's norm here), k_frag_dim_words
@@ -147,25 +149,27 @@ __device__ __forceinline__ void decode_tile(const uint8_t* raw, const uint8_t* l
       int dim[4];
       uint32_t w[4];
       k_frag_dim_words<T>(f, b, t, dim, w);
-      uint8_t* row = dst + r * stride;
+      // A run of 2 kRun values starts at a multiple of 2 kRun dims: one swizzle chunk holds it.
+      const auto at = [&](int d) { return dst + swizzled_offset(r, d, kTileKeys); };
       constexpr int kRun = k_frag_run_words<T>();
       if constexpr (kRun == 4) {
-        *reinterpret_cast<uint4*>(row + 2 * dim[0]) = make_uint4(w[0], w[1], w[2], w[3]);
+        *reinterpret_cast<uint4*>(at(dim[0])) = make_uint4(w[0], w[1], w[2], w[3]);
       } else if constexpr (kRun == 2) {
-        *reinterpret_cast<uint2*>(row + 2 * dim[0]) = make_uint2(w[0], w[1]);
-        *reinterpret_cast<uint2*>(row + 2 * dim[2]) = make_uint2(w[2], w[3]);
+        *reinterpret_cast<uint2*>(at(dim[0])) = make_uint2(w[0], w[1]);
+        *reinterpret_cast<uint2*>(at(dim[2])) = make_uint2(w[2], w[3]);
       } else {
 #pragma unroll
-        for (int k = 0; k < 4; ++k) *reinterpret_cast<uint32_t*>(row + 2 * dim[k]) = w[k];
+        for (int k = 0; k < 4; ++k) *reinterpret_cast<uint32_t*>(at(dim[k])) = w[k];
       }
     }
   }
 }
 
-// Q's rows of the CTA (kRows of them) into the operand tile (16-bit, K's MMA type), zero past
-// the rows and dims; for turbo K rotated group by group (each warp its own rows, through its
-// scratch group).
-template <KvType KT, int kRows>
+// Q's rows of the CTA (kRows of them) into the swizzled operand tile (16-bit, K's MMA type) of
+// kDims columns (the instance's: qk_tile's steps past dkc read the zeros), zero past the rows
+// and dims; for turbo K rotated group by group (each warp its own rows, through its scratch
+// group).
+template <KvType KT, int kRows, int kDims>
 __device__ __forceinline__ void stage_q(const PrefillParams& p, const PrefillCta& cta, uint8_t* sq,
                                         float* scratch, const uint32_t* sign_words, int tid) {
   constexpr bool kBf16 = KT == KvType::bf16;
@@ -180,21 +184,22 @@ __device__ __forceinline__ void stage_q(const PrefillParams& p, const PrefillCta
     for (int r = warp * kWarpRows; r < (warp + 1) * kWarpRows; ++r) {
       const bool ok = cta.row0 + r < cta.row_end;
       const float* q = ok ? q_row(r) : nullptr;
-      for (int g0 = 0; g0 < p.dkc; g0 += 128) {
+      for (int g0 = 0; g0 < kDims; g0 += 128) {
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int d = g0 + lane + 32 * k;
           scratch[lane + 32 * k] = ok && d < p.dk ? q[d] : 0.0f;
         }
         forward_rotate_group(scratch, lane, sign_words);
-        __half* dst = reinterpret_cast<__half*>(sq + r * p.q_stride) + g0;
 #pragma unroll
-        for (int k = 0; k < 4; ++k) dst[lane + 32 * k] = __float2half_rn(scratch[lane + 32 * k]);
+        for (int k = 0; k < 4; ++k)
+          *reinterpret_cast<__half*>(sq + swizzled_offset(r, g0 + lane + 32 * k, kRows)) =
+              __float2half_rn(scratch[lane + 32 * k]);
         __syncwarp();
       }
     }
   } else {
-    const int per_row = p.dkc / 4, total = kRows * per_row;
+    const int per_row = kDims / 4, total = kRows * per_row;
     for (int i = tid; i < total; i += kThreads) {
       const int r = i / per_row, d = 4 * (i - r * per_row);
       float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -206,38 +211,47 @@ __device__ __forceinline__ void stage_q(const PrefillParams& p, const PrefillCta
           v = make_float4(q[0], q[1], q[2], q[3]);  // dk is a multiple of 16
         }
       }
-      *reinterpret_cast<uint2*>(sq + r * p.q_stride + 2 * d) =
+      *reinterpret_cast<uint2*>(sq + swizzled_offset(r, d, kRows)) =
           make_uint2(pack2<kBf16>(v.x, v.y), pack2<kBf16>(v.z, v.w));
     }
   }
 }
 
-// S = Q.K^T for the warp's kMT M tiles of 16 rows and the tile's 64 keys: s[m][n-tile][4]. Each
-// B operand (K) loaded from shared memory feeds every M tile.
-template <bool kBf16, int kMT>
+// The CTA-relative row of a warp's local row i (0 .. 16 kMT): warpgroup warp / 4 owns kMT
+// blocks of 64 rows, and wgmma gives warp w % 4 rows 16 (w % 4) .. + 15 of each block.
+template <int kMT>
+__device__ __forceinline__ int warp_row(int warp, int i) {
+  return (warp >> 2) * kMT * 64 + (i >> 4) * 64 + (warp & 3) * 16 + (i & 15);
+}
+
+template <int N>
+__device__ __forceinline__ float (&flat(float (&a)[N / 4][4]))[N] {
+  return *reinterpret_cast<float (*)[N]>(&a);
+}
+
+// S = Q.K^T for the warpgroup's kMT blocks of 64 rows and the tile's 64 keys: s[m][n-tile][4]
+// (the lane's part, mma.sync's C layout). One wgmma m64n64k16 per block and 16-dim step, Q and
+// K read from their swizzled tiles (q_rows rows; K: kTileKeys). The steps run to kMaxDkc (a
+// branch between two wgmma would end their chain: the compiler then waits on each); those past
+// dkc read Q's zero columns for both operands (stage_q zero-fills Q to kMaxDkc).
+template <bool kBf16, int kMT, int kMaxDkc>
 __device__ __forceinline__ void qk_tile(float (&s)[kMT][8][4], uint32_t sq_addr, uint32_t sk_addr,
-                                        int q_stride, int k_stride, int dkc, int lane) {
+                                        int q_rows, int dkc, int wg) {
+  wgmma_fence();
 #pragma unroll
-  for (int m = 0; m < kMT; ++m)
+  for (int m = 0; m < kMT; ++m) {
+    const uint32_t q_block = sq_addr + (wg * kMT + m) * 64 * 128;  // 64 rows = 8 groups of 1024
 #pragma unroll
-    for (int n = 0; n < 8; ++n) s[m][n][0] = s[m][n][1] = s[m][n][2] = s[m][n][3] = 0.0f;
-  const uint32_t a_base = sq_addr + (lane & 15) * q_stride + (lane >> 4) * 16;
-  const uint32_t b_base =
-      sk_addr + ((lane & 7) + ((lane >> 4) << 3)) * k_stride + ((lane >> 3) & 1) * 16;
-  for (int kc = 0; kc < dkc / 16; ++kc) {
-    uint4 a[kMT];
-#pragma unroll
-    for (int m = 0; m < kMT; ++m) a[m] = ldmatrix_x4(a_base + m * 16 * q_stride + 32 * kc);
-#pragma unroll
-    for (int np = 0; np < 4; ++np) {
-      const uint4 b = ldmatrix_x4(b_base + np * 16 * k_stride + 32 * kc);
-#pragma unroll
-      for (int m = 0; m < kMT; ++m) {
-        mma16816<kBf16>(s[m][2 * np], a[m], b.x, b.y);
-        mma16816<kBf16>(s[m][2 * np + 1], a[m], b.z, b.w);
-      }
+    for (int kc = 0; kc < kMaxDkc / 16; ++kc) {
+      const uint32_t col = (kc >> 2) * q_rows * 128 + (kc & 3) * 32;
+      const uint32_t k_at =
+          16 * kc < dkc ? sk_addr + (kc >> 2) * kTileKeys * 128 + (kc & 3) * 32 : sq_addr + col;
+      wgmma_ss<64, kBf16>(flat<32>(s[m]), sw128_desc(q_block + col, 16, 1024),
+                          sw128_desc(k_at, 16, 1024), kc > 0);
     }
   }
+  wgmma_commit();
+  wgmma_wait<0>();
 }
 
 // The scores of one M tile into base-2 logits: scale, softcap, ALiBi, mask, and where the tile
@@ -331,47 +345,67 @@ __device__ __forceinline__ void pack_p(uint4 (&pa)[4], const float (&s)[8][4]) {
                         pack2<kBf16>(s[2 * kc + 1][2], s[2 * kc + 1][3]));
 }
 
-// O += P.V for the warp's kMT M tiles: V's B operands by transposed ldmatrix, each feeding every
-// M tile. kHiddenKeys: the tile may hold keys that no row of the warp weighs (masked, outside the
-// window or the range): their V operands are zeroed (weighed_keys), so that whatever those V rows
-// hold (NaN or inf in an engine's unused cells) never enters O as 0 * V. A compile-time switch:
-// the masking between each ldmatrix and its MMAs, on every tile, cost the d256 kernel 28% and the
-// d128 one 5% on an H100 (docs/cuda-prefill.md), so tiles with every key visible go without it.
-template <bool kBf16, int kMT, int kVt, bool kHiddenKeys>
+// O += P.V for the warpgroup's kMT blocks: one wgmma m64n(8 kVt)k16 per block and 16-key step,
+// P from registers (pack_p), V's swizzled tile read as the MN-major B operand (keys are its
+// rows, its 64-dim atoms kTileKeys x 128 bytes apart).
+template <bool kBf16, int kMT, int kVt>
 __device__ __forceinline__ void pv_tile(float (&o)[kMT][kVt][4], const uint4 (&pa)[kMT][4],
-                                        uint32_t sv_addr, int v_stride, int dvc, int lane) {
-  const uint32_t b_base =
-      sv_addr + ((lane & 7) + (((lane >> 3) & 1) << 3)) * v_stride + (lane >> 4) * 16;
+                                        uint32_t sv_addr) {
+  wgmma_fence();
+#pragma unroll
+  for (int m = 0; m < kMT; ++m)
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc)
+      wgmma_rs_tb<8 * kVt, kBf16>(flat<4 * kVt>(o[m]), pa[m][kc],
+                                  sw128_desc(sv_addr + kc * 16 * 128, kTileKeys * 128, 1024));
+  wgmma_commit();
+  wgmma_wait<0>();
+}
+
+// Keys of the tile that no row of the CTA weighs (masked for all, outside the window or the
+// range) get their V rows zeroed in the operand tile, so that whatever those rows hold (NaN or
+// inf in an engine's unused cells) enters O as 0 * 0, not 0 * V; the P.V product reads V for all
+// 64 rows of a warpgroup at once, so a key hidden from some rows and visible to others is that
+// call's data, as in any MMA kernel. CTA-wide (two barriers): only tiles that may hide keys.
+template <int kMT>
+__device__ __forceinline__ void zero_hidden_v(const uint4 (&pa)[kMT][4], uint8_t* sv, int v_atoms,
+                                              uint32_t* weighed, int tid, int lane) {
+  // Lane (g, t) holds keys 16 kc + 2 t (+1) in .x / .y (rows g, g + 8), + 8 in .z / .w.
+  uint32_t lo = 0, hi = 0;  // keys 0..31, 32..63
 #pragma unroll
   for (int kc = 0; kc < 4; ++kc) {
-    // Keys 2t, 2t + 1 (b.x, b.z) and 2t + 8, 2t + 9 (b.y, b.w) of this 16-key step.
-    uint32_t keep01 = 0xffffffffu, keep23 = 0xffffffffu;
-    if constexpr (kHiddenKeys) {
-      uint32_t or01 = 0, or23 = 0;
+    uint32_t a = 0, b = 0;
 #pragma unroll
-      for (int m = 0; m < kMT; ++m) {
-        or01 |= pa[m][kc].x | pa[m][kc].y;
-        or23 |= pa[m][kc].z | pa[m][kc].w;
-      }
-      keep01 = weighed_keys(or01);
-      keep23 = weighed_keys(or23);
+    for (int m = 0; m < kMT; ++m) {
+      a |= pa[m][kc].x | pa[m][kc].y;
+      b |= pa[m][kc].z | pa[m][kc].w;
     }
-#pragma unroll
-    for (int dp = 0; dp < kVt / 2; ++dp) {
-      if (16 * dp < dvc) {
-        uint4 b = ldmatrix_x4_trans(b_base + kc * 16 * v_stride + dp * 32);
-        b.x &= keep01;
-        b.y &= keep23;
-        b.z &= keep01;
-        b.w &= keep23;
-#pragma unroll
-        for (int m = 0; m < kMT; ++m) {
-          mma16816<kBf16>(o[m][2 * dp], pa[m][kc], b.x, b.y);
-          mma16816<kBf16>(o[m][2 * dp + 1], pa[m][kc], b.z, b.w);
-        }
-      }
-    }
+    const int t = lane & 3;
+    const uint32_t bits = ((a & 0xffffu) ? 1u : 0u) << (2 * t) | ((a >> 16) ? 1u : 0u) << (2 * t + 1) |
+                          ((b & 0xffffu) ? 1u : 0u) << (2 * t + 8) | ((b >> 16) ? 1u : 0u) << (2 * t + 9);
+    if (kc < 2)
+      lo |= bits << (16 * kc);
+    else
+      hi |= bits << (16 * (kc - 2));
   }
+  lo = __reduce_or_sync(0xffffffffu, lo);
+  hi = __reduce_or_sync(0xffffffffu, hi);
+  if (lane == 0) {
+    atomicOr(&weighed[0], lo);
+    atomicOr(&weighed[1], hi);
+  }
+  __syncthreads();
+  const uint64_t keep = uint64_t{weighed[1]} << 32 | weighed[0];
+  // Each hidden key's row: its v_atoms x 8 chunks of 16 bytes (8 dims each).
+  for (int i = tid; i < kTileKeys * v_atoms * 8; i += blockDim.x) {
+    const int key = i / (v_atoms * 8), chunk = i - key * v_atoms * 8;
+    if ((keep >> key) & 1) continue;
+    *reinterpret_cast<uint4*>(sv + swizzled_offset(key, 8 * chunk, kTileKeys)) =
+        make_uint4(0u, 0u, 0u, 0u);
+  }
+  fence_proxy_async();
+  __syncthreads();
+  if (tid == 0) weighed[0] = weighed[1] = 0u;  // the next tile's marks start after its barriers
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -388,11 +422,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kMT = m_tiles(DVB);  // M tiles per warp
   constexpr int kRows = block_rows(DVB), kWarpRows = 16 * kMT;
 
-  extern __shared__ __align__(128) uint8_t smem[];
+  extern __shared__ __align__(128) uint8_t smem_raw[];
   __shared__ uint32_t sign_words[4];
+  __shared__ uint32_t weighed[2];  // zero_hidden_v's marks
   __shared__ int bad_input;
+  // The layout's regions from a kSwizzleAlign boundary (smem_total has the slack).
+  uint8_t* const smem =
+      smem_raw + ((kSwizzleAlign - (smem_addr(smem_raw) & (kSwizzleAlign - 1))) & (kSwizzleAlign - 1));
 
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
   const int g = lane >> 2, t = lane & 3;
 
   PrefillCta cta;
@@ -417,6 +455,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                                  split, p.n_splits);
   if (tid < 4) sign_words[tid] = sign_word(tid);
   if (tid == 0) bad_input = cta.len < 0 || cta.len > p.kv_capacity;
+  if (tid == 0) weighed[0] = weighed[1] = 0u;
   __syncthreads();
 
   uint8_t* const sq = smem + p.q_off;
@@ -427,24 +466,24 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int64_t k0 = cta.keys.lo + j * kTileKeys;
     if constexpr (kModeK != TileMode::convert)
       issue_tile<kModeK>(p, p.k, st + p.k_stage_off, st + p.k_lead_off,
-                         kModeK == TileMode::direct ? p.k_op_stride : p.k_slot, cta, k0, tid,
+                         p.k_slot, cta, k0, tid,
                          &bad_input);
     if constexpr (kModeV != TileMode::convert)
       issue_tile<kModeV>(p, p.v, st + p.v_stage_off, st + p.v_lead_off,
-                         kModeV == TileMode::direct ? p.v_op_stride : p.v_slot, cta, k0, tid,
+                         p.v_slot, cta, k0, tid,
                          &bad_input);
     cp_async_commit();
   };
   if (n_tiles > 0) issue(0);
-  stage_q<KT, kRows>(p, cta, sq, reinterpret_cast<float*>(smem + p.scratch_off) + warp * 128,
+  stage_q<KT, kRows, DVB>(p, cta, sq, reinterpret_cast<float*>(smem + p.scratch_off) + warp * 128,
                      sign_words, tid);
 
-  // The lane's rows: M tile m, row g + 8 r of it.
+  // The lane's rows: row g + 8 r of the warp's 16 in block m.
   int rr[kMT][2];
 #pragma unroll
   for (int m = 0; m < kMT; ++m)
 #pragma unroll
-    for (int r = 0; r < 2; ++r) rr[m][r] = cta.row0 + warp * kWarpRows + 16 * m + g + 8 * r;
+    for (int r = 0; r < 2; ++r) rr[m][r] = cta.row0 + warp_row<kMT>(warp, 16 * m + g + 8 * r);
   const int64_t pq_lo = cta.first_q + cta.row0 / p.group;
   const int64_t pq_hi = cta.first_q + (cta.row_end - 1) / p.group;
 
@@ -461,35 +500,40 @@ __global__ void __launch_bounds__(kThreads, 1)
       mx[m][r] = -std::numeric_limits<float>::infinity();
       l[m][r] = 0.0f;
     }
-  const uint32_t sq_addr = smem_addr(sq + warp * kWarpRows * p.q_stride);
+  const uint32_t sq_addr = smem_addr(sq);
+  constexpr int kVAtoms = DVB / 64;
 
   for (int64_t j = 0; j < n_tiles; ++j) {
     cp_async_wait<0>();
-    __syncthreads();  // tile j landed for all; every warp is done with tile j - 1
+    fence_proxy_async();  // the copies (and Q's staging) before the tensor cores read them
+    __syncthreads();      // tile j landed for all; every warp is done with tile j - 1
     if (j + 1 < n_tiles) issue(j + 1);
     uint8_t* st = stage(static_cast<int>(j & 1));
     const int64_t k0 = cta.keys.lo + j * kTileKeys;
     if constexpr (kModeK == TileMode::raw)
-      decode_tile<KT>(st + p.k_stage_off, st + p.k_lead_off, p.k_slot, smem + p.k_dec_off,
-                      p.k_op_stride, p.dkc, p.k_div_items, tid);
+      decode_tile<KT>(st + p.k_stage_off, st + p.k_lead_off, p.k_slot, smem + p.k_dec_off, p.dkc,
+                      p.k_div_items, tid);
     if constexpr (kModeK == TileMode::convert)
-      convert_tile(p, p.k, cta, k0, smem + p.k_dec_off, p.k_op_stride, p.dkc, p.k_div_items, tid,
+      convert_tile(p, p.k, cta, k0, smem + p.k_dec_off, p.dkc, p.k_div_items, tid,
                    &bad_input);
     if constexpr (kModeV == TileMode::raw)
-      decode_tile<VT>(st + p.v_stage_off, st + p.v_lead_off, p.v_slot, smem + p.v_dec_off,
-                      p.v_op_stride, p.dvc, p.v_div_items, tid);
+      decode_tile<VT>(st + p.v_stage_off, st + p.v_lead_off, p.v_slot, smem + p.v_dec_off, p.dvc,
+                      p.v_div_items, tid);
     if constexpr (kModeV == TileMode::convert)
-      convert_tile(p, p.v, cta, k0, smem + p.v_dec_off, p.v_op_stride, p.dvc, p.v_div_items, tid,
+      convert_tile(p, p.v, cta, k0, smem + p.v_dec_off, p.dvc, p.v_div_items, tid,
                    &bad_input);
-    if constexpr (kModeK != TileMode::direct || kModeV != TileMode::direct) __syncthreads();
+    if constexpr (kModeK != TileMode::direct || kModeV != TileMode::direct) {
+      fence_proxy_async();
+      __syncthreads();
+    }
     const uint8_t* sk = kModeK == TileMode::direct ? st + p.k_stage_off : smem + p.k_dec_off;
-    const uint8_t* sv = kModeV == TileMode::direct ? st + p.v_stage_off : smem + p.v_dec_off;
+    uint8_t* sv = kModeV == TileMode::direct ? st + p.v_stage_off : smem + p.v_dec_off;
 
     const bool masked = prefill_tile_needs_mask(k0, cta.keys.hi, p.causal, p.window, pq_lo, pq_hi);
     uint4 pa[kMT][4];
     {
       float s[kMT][8][4];
-      qk_tile<kBf16K, kMT>(s, sq_addr, smem_addr(sk), p.q_stride, p.k_op_stride, p.dkc, lane);
+      qk_tile<kBf16K, kMT, DVB>(s, sq_addr, smem_addr(sk), kRows, p.dkc, wg);
 #pragma unroll
       for (int m = 0; m < kMT; ++m) {
         score_tile(p, cta, s[m], rr[m], k0, masked, t);
@@ -497,10 +541,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         pack_p<kBf16V>(pa[m], s[m]);
       }
     }
-    if (masked || p.has_mask)
-      pv_tile<kBf16V, kMT, kVt, true>(o, pa, smem_addr(sv), p.v_op_stride, p.dvc, lane);
-    else
-      pv_tile<kBf16V, kMT, kVt, false>(o, pa, smem_addr(sv), p.v_op_stride, p.dvc, lane);
+    if (masked || p.has_mask) zero_hidden_v<kMT>(pa, sv, kVAtoms, weighed, tid, lane);
+    pv_tile<kBf16V, kMT, kVt>(o, pa, smem_addr(sv));
   }
 
   // Epilogue: each row's state finalized (sinks, empty rows), the outputs staged in shared memory
@@ -551,7 +593,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncwarp();
   for (int r = 0; r < kWarpRows; ++r) {
-    const int row = cta.row0 + warp * kWarpRows + r;
+    const int row = cta.row0 + warp_row<kMT>(warp, r);
     if (row >= cta.row_end) break;
     float* orow = so + r * p.out_stride;
     if (partial) {

@@ -37,7 +37,7 @@ struct PrefillParams {
   int32_t n_seqs, n_q_tokens, n_q_heads, n_kv_heads, group, rows, n_row_blocks;
   int32_t dk, dv, dkc, dvc;
   // Shared-memory layout (PrefillLayout).
-  int32_t q_stride, k_op_stride, v_op_stride, k_slot, v_slot;
+  int32_t block_rows, k_slot, v_slot;
   int32_t q_off, k_stage_off, v_stage_off, stage_bytes, k_lead_off, v_lead_off, k_dec_off,
       v_dec_off, scratch_off, out_stride;
   float scale, scale_log2, softcap;

@@ -36,38 +36,43 @@ PrefillLayout prefill_layout(const AttentionProblem& p) {
   l.v_row_bytes = static_cast<int32_t>(row_size(p.v_type, p.head_dim.v));
   l.k_mode = tile_mode(p.k_type);
   l.v_mode = tile_mode(p.v_type);
-  l.q_stride = 2 * l.dkc + 16;
-  l.k_op_stride = 2 * l.dkc + 16;
-  l.v_op_stride = 2 * l.dvc + 16;
   l.k_slot = l.k_mode == TileMode::raw ? raw_slot(l.k_row_bytes) : 0;
   l.v_slot = l.v_mode == TileMode::raw ? raw_slot(l.v_row_bytes) : 0;
+  const int32_t k_tile = swizzled_bytes(kTileKeys, l.dkc);
+  const int32_t v_tile = swizzled_bytes(kTileKeys, l.dv_bucket);
 
   int32_t off = 0;
   l.q_off = off;
-  off += l.block_rows * l.q_stride;
-  // One stage: K's tile (operand rows, or raw slots and their leads), then V's.
+  off += swizzled_bytes(l.block_rows, l.dv_bucket);  // zero columns past dkc: see qk_tile
+  // One stage: K's tile (operand tile, or raw slots and their leads), then V's; operand tiles
+  // at multiples of kSwizzleAlign (so every stage starts at one).
   int32_t stage = 0;
-  const auto stage_tensor = [&](TileMode mode, int32_t op_stride, int32_t slot, int32_t& data,
+  const auto stage_tensor = [&](TileMode mode, int32_t op_tile, int32_t slot, int32_t& data,
                                 int32_t& lead) {
-    data = off + stage;
-    if (mode == TileMode::direct) stage += kTileKeys * op_stride;
+    if (mode == TileMode::direct) {
+      stage = round_up(stage, kSwizzleAlign);
+      data = off + stage;
+      stage += op_tile;
+    }
     if (mode == TileMode::raw) {
+      data = off + stage;
       stage += kTileKeys * slot;
       lead = off + stage;
       stage += kTileKeys;
+      stage = round_up(stage, 16);
     }
   };
-  stage_tensor(l.k_mode, l.k_op_stride, l.k_slot, l.k_stage_off, l.k_lead_off);
-  stage_tensor(l.v_mode, l.v_op_stride, l.v_slot, l.v_stage_off, l.v_lead_off);
-  l.stage_bytes = round_up(stage, 16);
+  stage_tensor(l.k_mode, k_tile, l.k_slot, l.k_stage_off, l.k_lead_off);
+  stage_tensor(l.v_mode, v_tile, l.v_slot, l.v_stage_off, l.v_lead_off);
+  l.stage_bytes = round_up(stage, kSwizzleAlign);
   off += kStages * l.stage_bytes;
   if (l.k_mode != TileMode::direct) {
     l.k_dec_off = off;
-    off += kTileKeys * l.k_op_stride;
+    off += k_tile;
   }
   if (l.v_mode != TileMode::direct) {
     l.v_dec_off = off;
-    off += kTileKeys * l.v_op_stride;
+    off += v_tile;
   }
   if (is_rotated(p.k_type)) {
     l.scratch_off = off;
@@ -76,7 +81,7 @@ PrefillLayout prefill_layout(const AttentionProblem& p) {
   l.smem_main = static_cast<size_t>(off);
   l.out_stride = l.dvc + 4;
   l.smem_epilogue = size_t(l.block_rows) * l.out_stride * 4;
-  l.smem_total = std::max(l.smem_main, l.smem_epilogue);
+  l.smem_total = std::max(l.smem_main, l.smem_epilogue) + kSwizzleAlign;
   const int64_t rows = int64_t{p.n_q_tokens} * p.group();
   l.n_row_blocks = static_cast<int32_t>((rows + l.block_rows - 1) / l.block_rows);
   return l;

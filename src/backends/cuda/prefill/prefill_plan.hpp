@@ -11,16 +11,17 @@
 
 namespace kvflash::cuda::prefill {
 
-// One CTA: 8 warps, each owning m_tiles(dv_bucket) blocks of 16 query rows (token x head of the
-// GQA group, token-major as in decode), over tiles of 64 keys. Every K/V value a warp reads from
-// shared memory feeds all of its M tiles: two where the accumulators fit (V dims up to 128: 128
-// of them per lane), which halves the operand traffic per MMA (one M tile made the 128-dim
-// kernel shared-memory bound); one for 256 V dims.
+// One CTA: 8 warps in two warpgroups, each warpgroup owning m_tiles(dv_bucket) blocks of 64 query
+// rows (token x head of the GQA group, token-major as in decode), over tiles of 64 keys; each
+// block is one warpgroup MMA (wgmma m64) per 16-dim step, so every K/V operand read from shared
+// memory feeds 64 rows. One block per warpgroup (two spilled 264 bytes at V dims 128: the
+// accumulators are 2 x (64 + 32) registers per lane). Each warp holds 16 rows of every block of
+// its warpgroup.
 inline constexpr int kThreads = 256;
 inline constexpr int kWarps = kThreads / 32;
 inline constexpr int kTileKeys = 64;
-constexpr int m_tiles(int dv_bucket) {
-  return dv_bucket <= 128 ? 2 : 1;
+constexpr int m_tiles(int) {
+  return 1;
 }
 constexpr int block_rows(int dv_bucket) {  // query rows per CTA
   return 16 * m_tiles(dv_bucket) * kWarps;
@@ -47,25 +48,40 @@ constexpr int32_t dims_bucket(int32_t dkc, int32_t dvc) {
   return dkc <= 128 && dvc <= 128 ? 128 : 256;
 }
 
-// Shared-memory regions (byte offsets from the dynamic base, all 16-byte aligned) and strides.
-// Operand tiles have rows of the computed dims in 16-bit values plus 16 bytes, so that
-// ldmatrix's eight rows fall in distinct banks.
+// Operand tiles (Q, and K / V as the MMAs read them) in the 128-byte swizzle of Hopper's warpgroup
+// MMA (common/wgmma.cuh): columns in blocks ("atoms") of 64 16-bit values, an atom's rows 128
+// bytes each in groups of 8 rows (1024 bytes), the 16-byte chunk c of row r at chunk c ^ (r % 8)
+// so that the eight rows an MMA reads at once fall in distinct banks. A tile of `rows` rows (a
+// multiple of 8) and `dims` columns takes ceil(dims / 64) atoms of rows x 128 bytes, 1024-byte
+// aligned. One formula for the threads that write the tiles and the descriptors that read them.
+KVFLASH_HD constexpr int32_t swizzled_offset(int32_t row, int32_t dim, int32_t rows) {
+  return (dim >> 6) * rows * 128 + (row >> 3) * 1024 + (row & 7) * 128 +
+         ((((dim >> 3) & 7) ^ (row & 7)) << 4) + (dim & 7) * 2;
+}
+KVFLASH_HD constexpr int32_t swizzled_bytes(int32_t rows, int32_t dims) {
+  return (dims + 63) / 64 * rows * 128;
+}
+inline constexpr int32_t kSwizzleAlign = 1024;
+
+// Shared-memory regions (byte offsets from the dynamic base, which the kernel aligns to
+// kSwizzleAlign; operand tiles at multiples of it, the rest 16-byte aligned).
 struct PrefillLayout {
   int32_t dkc = 0, dvc = 0;  // computed dims (multiples of 16): K padded to its type's blocks
   int32_t dv_bucket = 128;   // the kernel instance (dims_bucket): its accumulators' V dims
   int32_t k_row_bytes = 0, v_row_bytes = 0;
   TileMode k_mode = TileMode::direct, v_mode = TileMode::direct;
-  int32_t q_stride = 0;                      // bytes per row of the Q operand tile
-  int32_t k_op_stride = 0, v_op_stride = 0;  // bytes per row of the K / V operand tiles
   int32_t k_slot = 0, v_slot = 0;  // bytes per raw row (raw tensors): the row and its lead
   int32_t block_rows = 0;          // query rows per CTA (block_rows(dv_bucket))
-  int32_t q_off = 0;               // Q operand tile (block_rows rows)
-  int32_t k_stage_off = 0, v_stage_off = 0, stage_bytes = 0;  // stage s at off + s * stage_bytes
+  int32_t q_off = 0;               // Q operand tile (block_rows rows x dv_bucket)
+  // Per stage: K's tile (direct: the operand tile of kTileKeys x dkc; raw: slots and their lead
+  // bytes), then V's (operand tile of kTileKeys x dv_bucket: the P.V MMA reads every column of
+  // the instance). Stage s at off + s * stage_bytes.
+  int32_t k_stage_off = 0, v_stage_off = 0, stage_bytes = 0;
   int32_t k_lead_off = 0, v_lead_off = 0;  // per stage: one lead byte per raw row (raw)
   int32_t k_dec_off = 0, v_dec_off = 0;    // the decoded operand tiles (raw, convert)
   int32_t scratch_off = 0;                 // turbo K: one 128-float group per warp for Q's rotation
   int32_t out_stride = 0;                  // floats per row of the epilogue's output staging
-  size_t smem_main = 0, smem_epilogue = 0, smem_total = 0;
+  size_t smem_main = 0, smem_epilogue = 0, smem_total = 0;  // total: + the alignment slack
   int32_t n_row_blocks = 0;  // CTAs per (sequence, KV head)
 };
 
