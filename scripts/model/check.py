@@ -11,7 +11,7 @@ One table row per KV type (K = V), with its bits per value as kvflash-run report
 
     scripts/model/check.py build/cpu/tools/run/kvflash-run models/needle.gguf \\
         [--types f16,q8_0,q4_0,turbo4,turbo3,turbo2] [--depths 1024,4096,16384,32768] \\
-        [--needles 20] [--kld-bytes 8192]
+        [--needles 20] [--kld-bytes 8192] [--backend cuda --depths 1024,...,131072]
 
 Plain Python (no NumPy): the logits files are read with the array module.
 """
@@ -31,9 +31,13 @@ import needle_text  # noqa: E402  (the training text's generator; no PyTorch nee
 
 
 def run(binary, model, kv, prompt, n, extra=()):
-    cmd = [binary, "-m", model, "-p", prompt, "-n", str(n), "-ctk", kv, "-ctv", kv,
-           "--no-progress", *extra]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    # The prompt goes by file: one argument holds at most 128 KiB.
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="utf-8") as f:
+        f.write(prompt)
+        f.flush()
+        cmd = [binary, "-m", model, "-f", f.name, "-n", str(n), "-ctk", kv, "-ctv", kv,
+               "--no-progress", *extra]
+        r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:8])} ...: {r.stderr.strip()}")
     return r.stdout.rstrip("\n"), r.stderr
@@ -60,13 +64,14 @@ def main():
     ap.add_argument("--kld-bytes", type=int, default=8192)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--threads", default="0")
+    ap.add_argument("--backend", default="cpu", help="kvflash-run --backend: cpu or cuda")
     ap.add_argument("--require", type=float, default=None, metavar="FRACTION",
                     help="exit 1 unless f16 finds at least FRACTION of the needles at every depth "
                          "and q8_0 (if listed) finds as many as f16 (the CI check)")
     a = ap.parse_args()
     types = a.types.split(",")
     depths = [int(d) for d in a.depths.split(",")]
-    extra = ("-t", a.threads)
+    extra = ("-t", a.threads, "--backend", a.backend)
 
     # The same prompts for every type.
     rng = random.Random(a.seed)

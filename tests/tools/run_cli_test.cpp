@@ -1,6 +1,7 @@
 // kvflash-run's command line (issue 41), in-process: a byte-token model generates from a text
 // prompt in chunks with a quantized cache and reports tokens/s; the same tokens come with
-// --tokens; and the errors: no model file, a text prompt for a model whose tokens are not bytes,
+// --tokens and from a file (-f); --backend cuda against the CPU where a device exists; and the
+// errors: no model file, a text prompt for a model whose tokens are not bytes,
 // a context too small, a bad cache type.
 #include <gtest/gtest.h>
 
@@ -11,6 +12,7 @@
 #include <vector>
 
 #if defined(KVFLASH_RUN_MODEL)
+#include "kvflash/device.hpp"
 #include "run/cli.hpp"
 #include "run_test_model.hpp"
 
@@ -60,6 +62,56 @@ TEST(RunCli, GeneratesFromATextPromptAndReportsTokensPerSecond) {
                              "--no-progress", "-t", "1"});
   ASSERT_EQ(t.code, 0) << t.err;
   EXPECT_EQ(t.out, r.out);
+  // The prompt from a file (-f): the same generation.
+  const std::string prompt_path = ::testing::TempDir() + "kvflash_run_cli_prompt.txt";
+  std::ofstream(prompt_path, std::ios::binary) << "hello, kvflash";
+  const Result f = run_with({"-m", path, "-f", prompt_path, "-n", "6", "-b", "5", "-ctk", "q8_0",
+                             "-ctv", "q4_0", "--no-progress", "-t", "1"});
+  ASSERT_EQ(f.code, 0) << f.err;
+  EXPECT_EQ(f.out, r.out);
+  std::remove(prompt_path.c_str());
+  std::remove(path.c_str());
+}
+
+// --backend cuda: the cache in a gpu::KvCache and attention by the CUDA kernels. Without a device
+// (or a CUDA build) a clear error; with one, the prompt's logits within f16 rounding of the CPU's.
+TEST(RunCli, CudaBackendMatchesTheCpuOrSaysWhyNot) {
+  const std::string path = write_model(true, "kvflash_run_cli_cuda.gguf");
+  const std::string cpu_logits = ::testing::TempDir() + "kvflash_run_cli_cpu.f32",
+                    cuda_logits = ::testing::TempDir() + "kvflash_run_cli_cuda.f32";
+  const std::string prompt(300, 'a');
+  const auto args = [&](const char* backend, const std::string& logits) {
+    return std::vector<std::string>{
+        "-m", path,       "-p",   prompt + "bc",   "-n",        "3",    "-b",
+        "64", "--logits", logits, "--no-progress", "--backend", backend};
+  };
+  const Result cpu = run_with(args("cpu", cpu_logits));
+  ASSERT_EQ(cpu.code, 0) << cpu.err;
+  const Result cuda = run_with(args("cuda", cuda_logits));
+  if (cuda_device_count() == 0) {
+    EXPECT_EQ(cuda.code, kExitFailed);
+    EXPECT_NE(cuda.err.find("--backend cuda: no CUDA device"), std::string::npos) << cuda.err;
+  } else {
+    ASSERT_EQ(cuda.code, 0) << cuda.err;
+    EXPECT_NE(cuda.err.find("tokens on cuda"), std::string::npos) << cuda.err;
+    std::ifstream a(cpu_logits, std::ios::binary), b(cuda_logits, std::ios::binary);
+    std::vector<float> x, y;
+    for (float f; a.read(reinterpret_cast<char*>(&f), sizeof f);) x.push_back(f);
+    for (float f; b.read(reinterpret_cast<char*>(&f), sizeof f);) y.push_back(f);
+    ASSERT_EQ(x.size(), y.size());
+    ASSERT_FALSE(x.empty());
+    double err = 0.0, ref = 0.0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      err += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
+      ref += double(x[i]) * x[i];
+    }
+    EXPECT_LT(err / ref, 1e-5) << "logits NMSE, CUDA against the CPU (f16 cache)";
+  }
+  const Result bad = run_with({"-m", path, "-p", "x", "--backend", "tpu"});
+  EXPECT_EQ(bad.code, kExitUsage);
+  EXPECT_NE(bad.err.find("tpu"), std::string::npos) << bad.err;
+  std::remove(cpu_logits.c_str());
+  std::remove(cuda_logits.c_str());
   std::remove(path.c_str());
 }
 
@@ -77,6 +129,12 @@ TEST(RunCli, RefusesWhatItCannotRun) {
   r = run_with({"-m", path, "--tokens", "1,999"});
   EXPECT_EQ(r.code, kExitUsage);
   EXPECT_NE(r.err.find("999"), std::string::npos) << r.err;
+  r = run_with({"-m", path, "--tokens", "1,2", "-f", "prompt.txt"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_NE(r.err.find("one of -p, -f and --tokens"), std::string::npos) << r.err;
+  r = run_with({"-m", path, "-f", ::testing::TempDir() + "kvflash_no_such_prompt.txt"});
+  EXPECT_EQ(r.code, kExitFailed);
+  EXPECT_NE(r.err.find("-f: cannot read"), std::string::npos) << r.err;
   r = run_with({"-m", path, "--tokens", "1,2-5"});
   EXPECT_EQ(r.code, kExitUsage);
   EXPECT_NE(r.err.find("2-5"), std::string::npos) << r.err;

@@ -6,7 +6,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,8 +23,8 @@ namespace kvflash::tools::run {
 namespace {
 
 struct Args {
-  std::string model, prompt, tokens, ctk = "f16", ctv, context, threads = "0";
-  std::string n_predict = "32", chunk = "512", logits;
+  std::string model, prompt, prompt_file, tokens, ctk = "f16", ctv, context, threads = "0";
+  std::string n_predict = "32", chunk = "512", logits, backend = "cpu";
   bool no_progress = false;
 };
 
@@ -58,6 +61,10 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                  "prompt text, fed as bytes (models whose tokens are bytes, such as the project's "
                  "own; tokenizer.ggml.model = \"bytes\")")
       ->type_name("TEXT");
+  app.add_option("-f,--file", a.prompt_file,
+                 "prompt text read from FILE, as -p (long prompts: one argument holds at most "
+                 "128 KiB)")
+      ->type_name("FILE");
   app.add_option("--tokens", a.tokens, "prompt as token ids, comma-separated (any model)")
       ->type_name("IDS");
   app.add_option("-n,--n-predict", a.n_predict, "tokens to generate (greedy)")->type_name("N");
@@ -77,6 +84,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                  "write the logits of every prompt token to FILE (f32, prompt tokens x vocab, "
                  "little-endian): for cross-checks and KL divergence")
       ->type_name("FILE");
+  app.add_option("--backend", a.backend,
+                 "where the KV cache lives and attention runs: cpu, or cuda (a gpu::KvCache on "
+                 "device 0; the matrix products stay on the CPU)");
   app.add_flag("--no-progress", a.no_progress, "no progress line on stderr");
   try {
     parse_llama_style(app, argc, argv);
@@ -99,6 +109,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   if (!chunk) return usage(chunk.error().message);
   Expected<int64_t> threads = parse_int("-t", a.threads, 0, 4096);
   if (!threads) return usage(threads.error().message);
+  const std::optional<Backend> backend = backend_from_name(a.backend);
+  if (!backend) return usage(fmt::format("--backend '{}': expected cpu or cuda", a.backend));
   Expected<std::vector<KvType>> ctk = parse_types("-ctk", a.ctk);
   if (!ctk) return usage(ctk.error().message);
   Expected<std::vector<KvType>> ctv = parse_types("-ctv", a.ctv.empty() ? a.ctk : a.ctv);
@@ -113,7 +125,14 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   const bool bytes = byte_tokens(*file, c);
 
   std::vector<int32_t> prompt;
-  if (!a.prompt.empty() && !a.tokens.empty()) return usage("give -p or --tokens, not both");
+  if (int(!a.prompt.empty()) + int(!a.prompt_file.empty()) + int(!a.tokens.empty()) > 1)
+    return usage("give one of -p, -f and --tokens");
+  if (!a.prompt_file.empty()) {
+    std::ifstream in(a.prompt_file, std::ios::binary);
+    if (!in) return failed(fmt::format("-f: cannot read '{}'", a.prompt_file));
+    a.prompt.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (a.prompt.empty()) return usage(fmt::format("-f: '{}' is empty", a.prompt_file));
+  }
   if (!a.prompt.empty()) {
     if (!bytes) {
       const GgufValue* t = file->find("tokenizer.ggml.model");
@@ -134,7 +153,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       prompt.push_back(static_cast<int32_t>(*id));
     }
   }
-  if (prompt.empty()) return usage("no prompt: give -p TEXT or --tokens IDS");
+  if (prompt.empty()) return usage("no prompt: give -p TEXT, -f FILE or --tokens IDS");
 
   int64_t capacity = static_cast<int64_t>(prompt.size()) + *n_predict;
   if (!a.context.empty()) {
@@ -148,16 +167,18 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     capacity = *ctx;
   }
   Expected<LlamaSession> session =
-      LlamaSession::create(*model, *ctk, *ctv, capacity, static_cast<int32_t>(*threads));
-  if (!session) return usage(session.error().message);
+      LlamaSession::create(*model, *ctk, *ctv, capacity, static_cast<int32_t>(*threads), *backend);
+  if (!session)
+    return session.error().code == ErrorCode::invalid_argument ? usage(session.error().message)
+                                                               : failed(session.error().message);
   const double load_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
   err << fmt::format(
       "kvflash-run: {} layers, {} heads / {} KV heads of {}, vocab {}, loaded in {:.2f} s; KV "
-      "cache {} / {} ({:.3f} / {:.3f} bits per value) for {} tokens\n",
+      "cache {} / {} ({:.3f} / {:.3f} bits per value) for {} tokens on {}\n",
       c.n_layer, c.n_head, c.n_head_kv, c.head_dim, c.n_vocab, load_s, to_string((*ctk)[0]),
       to_string((*ctv)[0]), 8.0 * bytes_per_value((*ctk)[0], c.head_dim),
-      8.0 * bytes_per_value((*ctv)[0], c.head_dim), capacity);
+      8.0 * bytes_per_value((*ctv)[0], c.head_dim), capacity, to_string(*backend));
 
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> dump(nullptr, std::fclose);
   if (!a.logits.empty()) {
