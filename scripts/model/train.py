@@ -119,6 +119,9 @@ def main():
     ap.add_argument("--max-seconds", type=float, default=0,
                     help="stop training early after this long (the file says so: not the model "
                          "the full command makes)")
+    ap.add_argument("--stop-step", type=int, default=0,
+                    help="stop after this step (the schedule still spans --steps): repeats a run "
+                         "that --max-seconds stopped")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--smoke", action="store_true", help="a few steps on tiny shapes")
@@ -155,14 +158,15 @@ def main():
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        stop = a.max_seconds and time.time() - t0 > a.max_seconds
+        stop = bool(a.max_seconds and time.time() - t0 > a.max_seconds) or step == a.stop_step
         if step % 50 == 0 or step == a.steps or stop:
             answer = w.reshape(-1) > 1
             print(f"step {step}: loss {loss.item():.4f}, on the answers "
                   f"{(ce * answer).sum().item() / max(1, answer.sum().item()):.3f} "
                   f"({time.time() - t0:.0f} s)", flush=True)
         if stop:
-            print(f"stopped after {step} of {a.steps} steps (--max-seconds)", flush=True)
+            print(f"stopped after {step} of {a.steps} steps (the same model again: --stop-step "
+                  f"{step})", flush=True)
             break
     model.eval()
     if a.eval_depths:
