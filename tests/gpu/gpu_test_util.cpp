@@ -14,7 +14,7 @@
 #include <thread>
 #include <tuple>
 
-#include "backends/cuda/decode/decode_pairs.hpp"
+#include "backends/cuda/common/type_pairs.hpp"
 #include "kvflash/formats.hpp"
 #include "kvflash/reference.hpp"
 
@@ -47,7 +47,7 @@ std::vector<float> as_floats(const std::vector<uint8_t>& bytes) {
 }  // namespace
 
 std::optional<std::string> pair_not_built(KvType k, KvType v) {
-  return cuda::decode::pair_not_built(k, v, cuda::decode::all_pairs_built());
+  return cuda::pair_not_built(k, v, cuda::all_pairs_built());
 }
 
 bool quick() {

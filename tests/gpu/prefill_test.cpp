@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "backends/cuda/common/routing.hpp"
-#include "backends/cuda/decode/decode_pairs.hpp"
+#include "backends/cuda/common/type_pairs.hpp"
 #include "gpu_test_util.hpp"
 #include "kvflash/formats.hpp"
 
@@ -168,11 +168,11 @@ std::string param_name(const ::testing::TestParamInfo<PrefillCase>& info) {
   return case_name(info.param);
 }
 
-// Every pair a default build compiles (decode_pairs.hpp: cuda.prefill compiles the same ones),
+// Every pair a default build compiles (common/type_pairs.hpp: decode and prefill compile the same ones),
 // 100 queries onto a 1000-token cache, GQA 4.
 std::vector<PrefillCase> pair_cases() {
   std::vector<PrefillCase> out;
-  for (const cuda::decode::KvTypePair& pair : cuda::decode::kDefaultPairs) {
+  for (const cuda::KvTypePair& pair : cuda::kDefaultPairs) {
     PrefillCase c;
     c.k_type = pair.k;
     c.v_type = pair.v;
@@ -351,12 +351,12 @@ INSTANTIATE_TEST_SUITE_P(Batches, CudaPrefill, ::testing::ValuesIn(batch_cases()
 // each once, at the size of the default pairs' cases.
 TEST(CudaPrefillAllPairs, EveryOtherPairMatchesTheReference) {
   KVFLASH_REQUIRE_GPU();
-  if (!cuda::decode::all_pairs_built())
+  if (!cuda::all_pairs_built())
     GTEST_SKIP() << "a default-pairs build: the other pairs have no kernels "
                     "(-DKVFLASH_CUDA_ALL_PAIRS=ON builds them)";
   for (const KvType k : kAllKvTypes)
     for (const KvType v : kAllKvTypes) {
-      if (cuda::decode::is_default_pair(k, v)) continue;
+      if (cuda::is_default_pair(k, v)) continue;
       PrefillCase c;
       c.k_type = k;
       c.v_type = v;

@@ -18,7 +18,7 @@ struct DecodeInstance {
 
 // The instance for a type pair and n_qtiles (1 or 2); with k_split (decode_layout: one n-tile,
 // K = V, not f32) the one that splits K between V slices. Null functions for a pair this build did
-// not compile (decode_pairs.hpp: pair_built; cuda.decode's guard kv_types rejects it).
+// not compile (common/type_pairs.hpp: pair_built; cuda.decode's guard kv_types rejects it).
 const DecodeInstance& decode_instance(KvType k, KvType v, int n_qtiles, bool k_split);
 
 // The launcher of the split merge (and finalize) kernel for V type v.

@@ -11,7 +11,7 @@ files, CMake compiles one (src/backends/cuda/CMakeLists.txt):
                             K-split kernels (17 files): -DKVFLASH_CUDA_ALL_PAIRS=ON (releases,
                             measurements). A file per pair there would cost ~3 s of nvcc start-up
                             each: the whole matrix in 64 files took 1.6x the CPU time on 2 cores.
-instances/decode_default_pairs.inc gives the list to the host code (decode_pairs.hpp: the kernel
+instances/decode_default_pairs.inc gives the list to the host code (common/type_pairs.hpp: the kernel
 table and the guard of cuda.decode that refuses a pair this build did not compile), and
 instances/decode_table.inc declares every instance for decode.cu's table.
 
@@ -107,7 +107,7 @@ def default_pairs_file():
     lines = [f"{BANNER}: the (K, V) type pairs",
              "// whose decode instances every CUDA build compiles (its DEFAULT_PAIRS), as {K, V}",
              "// initializers; the other pairs only -DKVFLASH_CUDA_ALL_PAIRS=ON builds compile.",
-             "// Included by decode_pairs.hpp.",
+             "// Included by common/type_pairs.hpp.",
              "// clang-format off"]
     lines += [f"{{KvType::{k}, KvType::{v}}}," for k, v in DEFAULT_PAIRS]
     lines += ["// clang-format on", ""]

@@ -2,20 +2,20 @@
 // Planning, checks and the candidate live in prefill_host.cpp (plain C++).
 #include <cuda_runtime.h>
 
-#include "backends/cuda/decode/decode_pairs.hpp"
+#include "backends/cuda/common/type_pairs.hpp"
 #include "backends/cuda/prefill/prefill_instances.hpp"
 #include "backends/cuda/prefill/prefill_merge.cuh"
 
 #ifndef KVFLASH_CUDA_ALL_PAIRS
-#error "KVFLASH_CUDA_ALL_PAIRS (0 or 1) must be defined by the build (see decode_pairs.cpp)"
+#error "KVFLASH_CUDA_ALL_PAIRS (0 or 1) must be defined by the build (see common/type_pairs.cpp)"
 #endif
 
 namespace kvflash::cuda::prefill {
 
-// Null where this build did not compile the pair (decode_pairs.hpp's pair_built, the one list).
+// Null where this build did not compile the pair (type_pairs.hpp's pair_built, the one list).
 template <KvType KT, KvType VT, int DVB>
 constexpr PrefillInstance instance() {
-  if constexpr (decode::pair_built(KT, VT, KVFLASH_CUDA_ALL_PAIRS != 0))
+  if constexpr (pair_built(KT, VT, KVFLASH_CUDA_ALL_PAIRS != 0))
     return {prepare_prefill<KT, VT, DVB>, launch_prefill<KT, VT, DVB>};
   else
     return {nullptr, nullptr};

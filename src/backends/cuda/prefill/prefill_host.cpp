@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "backends/cuda/common/device_info.hpp"
+#include "backends/cuda/common/tile_copy.hpp"
+#include "backends/cuda/common/type_pairs.hpp"
 #include "backends/cuda/cuda_backend.hpp"
-#include "backends/cuda/decode/decode_pairs.hpp"
-#include "backends/cuda/decode/decode_plan.hpp"
 #include "backends/cuda/prefill/prefill_instances.hpp"
 #include "backends/cuda/prefill/prefill_plan.hpp"
 
@@ -159,11 +159,11 @@ Status check_prefill_tensors(const Plan& plan, const AttentionTensors& t) {
   if (dynamic_cast<const PrefillPlan*>(plan.detail.get()) == nullptr)
     return invalid_argument("plan.detail holds no cuda.prefill plan: make the plan with plan()");
   const PrefillLayout& l = prefill_plan_of(plan).layout;
-  return decode::check_device_tensors("cuda.prefill", p, t, l.k_row_bytes, slot_of(l, true),
-                                      l.v_row_bytes, slot_of(l, false));
+  return check_device_tensors("cuda.prefill", p, t, l.k_row_bytes, slot_of(l, true), l.v_row_bytes,
+                              slot_of(l, false));
 }
 
-TileCopy tile_copy(const KvTensor& kv, const decode::CopyMode& m, const AttentionProblem& p) {
+TileCopy tile_copy(const KvTensor& kv, const CopyMode& m, const AttentionProblem& p) {
   TileCopy c{};
   c.base = static_cast<const uint8_t*>(kv.data);
   c.st = kv.stride_token;
@@ -202,10 +202,8 @@ Status run_prefill(const Plan& plan, const AttentionTensors& t, void* workspace,
   d.lse = t.lse;
   d.mask_stride = t.mask_stride;
   d.q_vec4 = reinterpret_cast<uintptr_t>(t.q) % 16 == 0;
-  d.k =
-      tile_copy(t.k, *decode::copy_mode("k", t.k, p.k_type, l.k_row_bytes, slot_of(l, true), p), p);
-  d.v = tile_copy(t.v, *decode::copy_mode("v", t.v, p.v_type, l.v_row_bytes, slot_of(l, false), p),
-                  p);
+  d.k = tile_copy(t.k, *copy_mode("k", t.k, p.k_type, l.k_row_bytes, slot_of(l, true), p), p);
+  d.v = tile_copy(t.v, *copy_mode("v", t.v, p.v_type, l.v_row_bytes, slot_of(l, false), p), p);
   auto stream = static_cast<cudaStream_t>(stream_ptr);
   pp.instance.launch(d, pp.grid, l.smem_total, stream);
   if (cudaError_t e = cudaPeekAtLastError(); e != cudaSuccess)
@@ -226,12 +224,9 @@ void register_prefill(std::vector<KernelCandidate>& out) {
   c.backend = Backend::cuda;
   c.priority = 300;
   c.opt_in_only = false;
-  c.guards = {{"cuda_device", reject_no_device},
-              {"compute_capability", reject_arch},
-              {"kv_types", decode::reject_pair_not_built},
-              {"prefill_q_tokens", reject_q_tokens},
-              {"head_dim", reject_head_dim},
-              {"grid", reject_grid},
+  c.guards = {{"cuda_device", reject_no_device},   {"compute_capability", reject_arch},
+              {"kv_types", reject_pair_not_built}, {"prefill_q_tokens", reject_q_tokens},
+              {"head_dim", reject_head_dim},       {"grid", reject_grid},
               {"shared_memory", reject_smem}};
   c.make_plan = plan_prefill;
   c.check_tensors = check_prefill_tensors;

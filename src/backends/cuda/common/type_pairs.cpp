@@ -1,16 +1,16 @@
-#include "backends/cuda/decode/decode_pairs.hpp"
+#include "backends/cuda/common/type_pairs.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 
 // Set by src/backends/cuda/CMakeLists.txt from the CMake option of the same name, for this file
-// and for decode.cu's kernel table alike.
+// and for the kernel tables of decode.cu and prefill.cu alike.
 #ifndef KVFLASH_CUDA_ALL_PAIRS
 #error "KVFLASH_CUDA_ALL_PAIRS (0 or 1) must be defined by the build"
 #endif
 
-namespace kvflash::cuda::decode {
+namespace kvflash::cuda {
 
 namespace {
 
@@ -47,4 +47,4 @@ std::optional<std::string> reject_pair_not_built(const AttentionProblem& p) {
   return pair_not_built(p.k_type, p.v_type, all_pairs_built());
 }
 
-}  // namespace kvflash::cuda::decode
+}  // namespace kvflash::cuda

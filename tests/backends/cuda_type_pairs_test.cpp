@@ -1,4 +1,4 @@
-// Which (K, V) type pairs a build compiles CUDA decode kernels for (decode_pairs.hpp), tested on
+// Which (K, V) type pairs a build compiles CUDA kernels for (common/type_pairs.hpp), tested on
 // the CPU: the default set, all 64 pairs with KVFLASH_CUDA_ALL_PAIRS=ON, the guard of cuda.decode
 // that refuses the others with a message naming the option, and (in a CUDA build) that the
 // candidate carries that guard.
@@ -11,10 +11,10 @@
 #include <string>
 #include <utility>
 
-#include "backends/cuda/decode/decode_pairs.hpp"
+#include "backends/cuda/common/type_pairs.hpp"
 #include "kvflash/registry.hpp"
 
-namespace kvflash::cuda::decode {
+namespace kvflash::cuda {
 namespace {
 
 using ::testing::HasSubstr;
@@ -136,4 +136,4 @@ TEST(CudaDecodePairs, RaggedCallsAreCudaPrefillsAndBothFamiliesCarryThePairGuard
 }
 
 }  // namespace
-}  // namespace kvflash::cuda::decode
+}  // namespace kvflash::cuda
