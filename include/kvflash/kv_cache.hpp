@@ -100,7 +100,8 @@ class KVFLASH_API KvCache {
   Status set_page_table(std::span<const int32_t> table, void* stream);
   // The sequences that a step found full since create / clear_full: their lengths stopped
   // and nothing more was written to them (reads the device flags). Empty when none; -1 alone
-  // when an append met a token past the capacity without a full step (lengths set too high).
+  // when an append met a token past the capacity without a full step (lengths set too high) or a
+  // page table entry outside the pool (its rows were not written).
   Expected<std::vector<int32_t>> full_sequences(void* stream) const;
   Status clear_full(void* stream);
 

@@ -383,6 +383,61 @@ TEST(GpuKvCache, PageTableEntriesOutsideThePoolGiveNaNRowsAndReadNothingOutsideI
     }
 }
 
+// An append whose row lands on a page table entry outside the pool (a table corrupted on the
+// device, where the host cannot check it without a sync) writes nothing there and says so
+// (full_sequences: -1); the other sequence's rows land as usual. Run under memcheck, no write
+// leaves the pool.
+TEST(GpuKvCache, AppendToAPageOutsideThePoolWritesNothingAndSaysSo) {
+  KVFLASH_REQUIRE_GPU();
+  gpu::Stream stream;
+  KVFLASH_ASSIGN_OR_FAIL(stream, gpu::Stream::create());
+  void* const s = stream.handle();
+  for (const int32_t bad : {-1, 1 << 30}) {
+    SCOPED_TRACE("entry " + std::to_string(bad));
+    gpu::KvCacheConfig cfg;
+    cfg.n_seqs = 2;
+    cfg.n_kv_heads = 2;
+    cfg.head_dim = {128, 128};
+    cfg.layers = {{KvType::q8_0, KvType::q8_0}};
+    cfg.capacity = 64;
+    cfg.page_size = 16;
+    gpu::KvCache cache;
+    KVFLASH_ASSIGN_OR_FAIL(cache, gpu::KvCache::create(cfg, s));
+    // Sequence 0's first page points outside the pool.
+    auto* entry = const_cast<int32_t*>(cache.page_table());
+    KVFLASH_ASSERT_OK(gpu::copy(entry, &bad, sizeof bad, s));
+    const int32_t n_new = 4;
+    const size_t n_values = size_t(cfg.n_seqs) * n_new * cfg.n_kv_heads * 128;
+    const std::vector<float> kf = gaussian(n_values, 21), vf = gaussian(n_values, 22);
+    gpu::DeviceBuffer kd, vd;
+    KVFLASH_ASSIGN_OR_FAIL(kd, gpu::DeviceBuffer::allocate(n_values * sizeof(float)));
+    KVFLASH_ASSIGN_OR_FAIL(vd, gpu::DeviceBuffer::allocate(n_values * sizeof(float)));
+    KVFLASH_ASSERT_OK(gpu::copy(kd.data(), kf.data(), n_values * sizeof(float), s));
+    KVFLASH_ASSERT_OK(gpu::copy(vd.data(), vf.data(), n_values * sizeof(float), s));
+    KVFLASH_ASSERT_OK(cache.begin_step(n_new, s));
+    KVFLASH_ASSERT_OK(cache.append(0, static_cast<const float*>(kd.data()),
+                                   static_cast<const float*>(vd.data()), n_new, s));
+    KVFLASH_ASSERT_OK(gpu::last_error());
+    Expected<std::vector<int32_t>> full = cache.full_sequences(s);
+    ASSERT_TRUE(full.ok()) << full.error().message;
+    EXPECT_EQ(*full, std::vector<int32_t>{-1});
+    // Sequence 1 (its table intact): its K rows are the host's quantization of its inputs.
+    const size_t row = row_size(KvType::q8_0, 128);
+    const KvTensor k = cache.k(0);
+    int32_t page = 0;
+    KVFLASH_ASSERT_OK(gpu::copy(&page, cache.page_table() + cache.pages_per_seq(), sizeof page, s));
+    KVFLASH_ASSERT_OK(stream.synchronize());
+    std::vector<uint8_t> got(size_t(n_new) * cfg.n_kv_heads * row), want(got.size());
+    KVFLASH_ASSERT_OK(gpu::copy(got.data(),
+                                static_cast<const uint8_t*>(k.data) + int64_t{page} * k.stride_page,
+                                got.size(), s));
+    KVFLASH_ASSERT_OK(stream.synchronize());
+    quantize_rows(KvType::q8_0, kf.data() + n_values / 2, int64_t{n_new} * cfg.n_kv_heads, 128,
+                  want.data());
+    EXPECT_EQ(got, want);
+  }
+}
+
 TEST(GpuKvCache, ConfigErrorsNameTheField) {
   gpu::KvCacheConfig cfg;
   cfg.layers = {{KvType::q8_0, KvType::q8_0}};

@@ -327,6 +327,13 @@ struct CacheRows {
       flags[0] = 1;
       return nullptr;
     }
+    if (page_size > 0) {  // an entry outside the pool (the attention kernels guard it too)
+      const int64_t page = kv.page_table[seq * kv.pages_per_seq + token / page_size];
+      if (page < 0 || page >= kv.n_pages) {
+        flags[0] = 1;
+        return nullptr;
+      }
+    }
     return data + kv_row_offset(kv, page_size, seq, token, head);
   }
 };
