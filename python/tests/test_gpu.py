@@ -1,5 +1,5 @@
 """The CUDA path (marked gpu: skipped without a CUDA device). Written without a GPU at hand and
-not yet run on one: the first GPU run of issue 42 runs it."""
+first run on an H100 on 2026-12-06 (torch 2.11): all passed."""
 
 import numpy as np
 import pytest
