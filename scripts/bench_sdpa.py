@@ -10,7 +10,16 @@ scripts/compare_sdpa.py next to kvflash-bench's CSV).
         -o bench_sdpa.csv
     python3 scripts/bench_sdpa.py -d 1024-1048576*2 --backends cudnn,flash,efficient,math
     python3 scripts/bench_sdpa.py --prefill -o bench_sdpa_prefill.csv
+    python3 scripts/bench_sdpa.py --kvflash f16,q8_0,q4_0,turbo3 -d 4096,131072 -n 1,8
     python3 scripts/bench_sdpa.py --self-test    (parsing and flop counts, no torch; a CTest test)
+
+--kvflash TYPES adds rows of kvflash through its Python package (backend "kvflash", dtype the KV
+type, K = V) on the same points, the same tensors and the same timing: the caches are the SDPA
+points' f16 K/V, quantized on the device by kvflash.quantize (f16 ones read as they are, as a
+transposed view), q in float32; each timed call is a kvflash.Plan's run(..., out=out), which
+allocates nothing. Their max_err is against the same float32 reference on the unquantized K/V,
+so for quantized types it includes the quantization error and only f16/bf16/f32 are held to the
+tolerance. The package must be importable (PYTHONPATH=BUILD/python).
 
 Prefill (--prefill): the query-token / depth points are not a product of -n and -d but the list
 --points N:DEPTH (default PREFILL_POINTS: fresh prompts of 8K and 32K tokens, n == depth, and
@@ -63,7 +72,8 @@ Per point (backend, dtype, heads, head dims, depth, query tokens):
 
 CSV columns: backend, dtype, q_heads, kv_heads, head_dim_k, head_dim_v, depth, q_tokens, gqa,
 us_median, us_min, us_max, kv_bytes, gbps (kv_bytes / median time, 1e9 B/s), status ("ok" or the
-reason), then mask, copies, max_err, flops, tflops (flops / median time, 1e12 flop/s). A human-readable table and the torch / CUDA / cuDNN / GPU
+reason), then mask, copies, max_err, flops, tflops (flops / median time, 1e12 flop/s), kernel
+(--kvflash rows: the kernel kvflash chose; SDPA rows: empty). A human-readable table and the torch / CUDA / cuDNN / GPU
 versions go to stderr. Exit codes: 0 the sweep ran (unsupported / skipped rows included), 1 a
 result was wrong, 2 a usage error, 3 no torch or no CUDA device.
 """
@@ -79,7 +89,7 @@ import warnings
 
 COLUMNS = ["backend", "dtype", "q_heads", "kv_heads", "head_dim_k", "head_dim_v", "depth",
            "q_tokens", "gqa", "us_median", "us_min", "us_max", "kv_bytes", "gbps", "status",
-           "mask", "copies", "max_err", "flops", "tflops"]
+           "mask", "copies", "max_err", "flops", "tflops", "kernel"]
 # --prefill's defaults: (query tokens, depth) points, head dims, backends.
 PREFILL_POINTS = "8192:8192,32768:32768,2048:8192,2048:32768,2048:131072"
 PREFILL_HEAD_DIMS = "64,128,256"
@@ -90,6 +100,7 @@ BACKENDS = ["cudnn", "flash", "efficient", "math"]
 BACKEND_ENUM = {"cudnn": "CUDNN_ATTENTION", "flash": "FLASH_ATTENTION",
                 "efficient": "EFFICIENT_ATTENTION", "math": "MATH"}
 DTYPES = ["f16", "bf16", "f32"]
+KVFLASH_TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "turbo2", "turbo3", "turbo4"]
 TOLERANCE = {"f16": 1e-2, "bf16": 4e-2, "f32": 1e-4}
 MIB = 1 << 20
 GIB = 1 << 30
@@ -280,6 +291,9 @@ def parse_args(argv):
     p.add_argument("--no-check", action="store_true",
                    help="skip the float32 reference check of each point's output")
     p.add_argument("--seed", type=int, default=42, help="seed of the random inputs (default 42)")
+    p.add_argument("--kvflash", action="append", default=None,
+                   help="also kvflash through its Python package, these KV types (K = V), "
+                        "e.g. f16,q8_0,q4_0,turbo3")
     a = p.parse_args(argv)
 
     def joined(values, default):
@@ -295,6 +309,8 @@ def parse_args(argv):
         a.dtypes = parse_names("--dtypes", DTYPES)(joined(a.dtypes, "f16,bf16"))
         a.backends = parse_names("--backends", BACKENDS)(
             joined(a.backends, PREFILL_BACKENDS if a.prefill else "cudnn,flash"))
+        a.kvflash = parse_names("--kvflash", KVFLASH_TYPES)(joined(a.kvflash, "")) \
+            if a.kvflash else []
         if a.points or a.prefill:
             a.points = parse_points(joined(a.points, PREFILL_POINTS))
         else:
@@ -609,26 +625,8 @@ class Bench:
                                                g if gqa == "expanded" else 1))
                 row["copies"] = n_copies
 
-                launch = []  # CPU seconds per call: how long the GPU spin must be
-                for i in range(args.warmup):
-                    k, v = copies[i % n_copies]
-                    c0 = time.perf_counter()
-                    self.call(q, k, v, chosen)
-                    launch.append(time.perf_counter() - c0)
-                t.cuda.synchronize()
-                launch_us = statistics.median(launch) * 1e6 if launch else 50.0
-                spin_cycles = int(2000 * max(100.0, 3.0 * launch_us))  # ~2 cycles per ns
-                starts = [t.cuda.Event(enable_timing=True) for _ in range(args.repetitions)]
-                ends = [t.cuda.Event(enable_timing=True) for _ in range(args.repetitions)]
-                for i in range(args.repetitions):
-                    k, v = copies[i % n_copies]
-                    if self.sleep is not None:
-                        self.sleep(spin_cycles)  # the stream is still busy at start
-                    starts[i].record()
-                    self.call(q, k, v, chosen)
-                    ends[i].record()
-                t.cuda.synchronize()
-                us = sorted(s.elapsed_time(e) * 1000.0 for s, e in zip(starts, ends))
+                us = self.time_calls(
+                    lambda i: self.call(q, copies[i][0], copies[i][1], chosen), n_copies)
         finally:
             copies = None
         med = statistics.median(us)
@@ -640,10 +638,99 @@ class Bench:
                              f"{TOLERANCE[dtype_name]:g}")
         return row
 
+    def time_calls(self, call, n_copies):
+        """Sorted µs of -r timed calls call(copy index), after --warmup untimed ones; each timed
+        call between two events, after a GPU spin longer than its launch (see the docstring)."""
+        t, args = self.torch, self.args
+        launch = []  # CPU seconds per call: how long the GPU spin must be
+        for i in range(args.warmup):
+            c0 = time.perf_counter()
+            call(i % n_copies)
+            launch.append(time.perf_counter() - c0)
+        t.cuda.synchronize()
+        launch_us = statistics.median(launch) * 1e6 if launch else 50.0
+        spin_cycles = int(2000 * max(100.0, 3.0 * launch_us))  # ~2 cycles per ns
+        starts = [t.cuda.Event(enable_timing=True) for _ in range(args.repetitions)]
+        ends = [t.cuda.Event(enable_timing=True) for _ in range(args.repetitions)]
+        for i in range(args.repetitions):
+            if self.sleep is not None:
+                self.sleep(spin_cycles)  # the stream is still busy at start
+            starts[i].record()
+            call(i % n_copies)
+            ends[i].record()
+        t.cuda.synchronize()
+        return sorted(s.elapsed_time(e) * 1000.0 for s, e in zip(starts, ends))
+
+    def kvflash_point(self, kv_type, hq, hkv, dk, dv, depth, n):
+        """kvflash through its Python package on one point (--kvflash): the row as point()'s."""
+        t, args, kvf = self.torch, self.args, self.kvflash
+        kv_bytes = depth * hkv * (kvf.row_size(kv_type, dk) + kvf.row_size(kv_type, dv))
+        row = {"backend": "kvflash", "dtype": kv_type, "q_heads": hq, "kv_heads": hkv,
+               "head_dim_k": dk, "head_dim_v": dv, "depth": depth, "q_tokens": n,
+               "gqa": "native" if hq > hkv else "mha", "us_median": "", "us_min": "",
+               "us_max": "", "kv_bytes": kv_bytes, "gbps": "", "status": "",
+               "mask": "none" if n == 1 else "bottom_right", "copies": "", "max_err": "",
+               "flops": attention_flops(hq, dk, dv, n, depth), "tflops": "", "kernel": ""}
+        if n > depth:
+            row["status"] = f"skipped: {n} query tokens need a depth of at least {n}"
+            return row
+        float_types = {"f16": t.float16, "bf16": t.bfloat16, "f32": t.float32}
+
+        def cache(x):  # (1, hkv, depth, d) f16 -> kvflash's (1, depth, hkv, row) cache
+            rows = x.transpose(1, 2)
+            if kv_type == "f16":
+                return rows  # a view: only the row must be contiguous
+            if kv_type in float_types:
+                return rows.to(float_types[kv_type])
+            return kvf.quantize(rows.float().contiguous(), kv_type)
+
+        free, _ = t.cuda.mem_get_info()
+        budget = min(args.max_bytes, int(0.8 * free))
+        if 2 * kv_bytes > budget:
+            raise Skipped(f"skipped: 2 copies of the caches take {fmt_bytes(2 * kv_bytes)}, over "
+                          f"the {fmt_bytes(budget)} allowed (--max-bytes / free GPU memory)")
+        n_copies = min(max(2, math.ceil(self.rotate / kv_bytes)), budget // kv_bytes)
+        q = self.randn((1, hq, n, dk), t.float16)
+        qk = q.transpose(1, 2).float().contiguous()  # (1, n, hq, dk)
+        typed = {} if kv_type in float_types else {"k_type": kv_type, "v_type": kv_type}
+        copies = []
+        try:
+            k, v = self.make_kv(hkv, depth, dk, dv, t.float16, 1)
+            copies.append((cache(k), cache(v)))
+            lens = t.tensor([depth], dtype=t.int64, device="cuda")
+            out = t.empty((1, n, hq, dv), dtype=t.float32, device="cuda")
+            plan = kvf.Plan.for_tensors(qk, copies[0][0], copies[0][1], **typed)
+            plan.run(qk, copies[0][0], copies[0][1], lens, out=out)
+            if not args.no_check:
+                err = self.reference_error(q, k, v, out.transpose(1, 2), n, depth, hq, hkv)
+                row["max_err"] = f"{err:.3g}"
+            del k, v
+            while len(copies) < n_copies:
+                k, v = self.make_kv(hkv, depth, dk, dv, t.float16, 1)
+                copies.append((cache(k), cache(v)))
+                del k, v
+            row["copies"] = n_copies
+            us = self.time_calls(
+                lambda i: plan.run(qk, copies[i][0], copies[i][1], lens, out=out), n_copies)
+        finally:
+            copies = None
+        med = statistics.median(us)
+        row.update(us_median=f"{med:.3f}", us_min=f"{us[0]:.3f}", us_max=f"{us[-1]:.3f}",
+                   gbps=f"{kv_bytes / (med * 1e-6) / 1e9:.2f}",
+                   tflops=f"{row['flops'] / (med * 1e-6) / 1e12:.3f}", status="ok",
+                   kernel=plan.kernel)
+        if (kv_type in TOLERANCE and row["max_err"]
+                and float(row["max_err"]) > TOLERANCE[kv_type]):
+            row["status"] = (f"wrong: max|out-ref|/max|ref| = {row['max_err']} > "
+                             f"{TOLERANCE[kv_type]:g}")
+        return row
+
     def run_point(self, *key):
         backend, dtype_name, hq, hkv, dk, dv, depth, n = key
         t = self.torch
         try:
+            if backend == "kvflash":
+                return self.kvflash_point(dtype_name, hq, hkv, dk, dv, depth, n)
             return self.point(*key)
         except (Unsupported, Skipped) as e:
             status = str(e) if isinstance(e, Skipped) else f"unsupported: {e}"
@@ -653,11 +740,16 @@ class Bench:
             status = "error: " + short_reason(e)
         finally:
             t.cuda.empty_cache()
-        esize = t.tensor([], dtype=self.dtype[dtype_name]).element_size()
+        if backend == "kvflash":
+            kv_bytes = depth * hkv * (self.kvflash.row_size(dtype_name, dk)
+                                      + self.kvflash.row_size(dtype_name, dv))
+        else:
+            kv_bytes = depth * hkv * (dk + dv) * t.tensor(
+                [], dtype=self.dtype[dtype_name]).element_size()
         return {"backend": backend, "dtype": dtype_name, "q_heads": hq, "kv_heads": hkv,
                 "head_dim_k": dk, "head_dim_v": dv, "depth": depth, "q_tokens": n, "gqa": "",
                 "us_median": "", "us_min": "", "us_max": "",
-                "kv_bytes": depth * hkv * (dk + dv) * esize, "gbps": "", "status": status,
+                "kv_bytes": kv_bytes, "gbps": "", "status": status,
                 "mask": "", "copies": "", "max_err": "",
                 "flops": attention_flops(hq, dk, dv, n, depth), "tflops": ""}
 
@@ -717,6 +809,10 @@ def self_test():
     for bad in (["--points", "4096:2048"], ["--points", "2048"], ["--points", "0:8"],
                 ["--prefill", "-d", "8192"], ["--points", "9:9", "-n", "9"]):
         expect(f"usage error for {' '.join(bad)}", usage_error(bad))
+    a = parse_args(["--kvflash", "f16,q8_0", "--kvflash", "turbo3"])
+    expect("--kvflash types", a.kvflash == ["f16", "q8_0", "turbo3"])
+    expect("no --kvflash", parse_args([]).kvflash == [])
+    expect("usage error for --kvflash q5_1", usage_error(["--kvflash", "q5_1"]))
     # Against the hand-computed counts of kvflash-bench's BenchMetrics.VisiblePairs.
     expect("decode sees the whole cache", visible_pairs(1, 100) == 100)
     expect("fresh prompt: a triangle", visible_pairs(4, 4) == 1 + 2 + 3 + 4)
@@ -750,6 +846,15 @@ def main(argv=None):
               file=sys.stderr)
         return 3
     bench = Bench(torch, args)
+    bench.kvflash = None
+    if args.kvflash:
+        try:
+            import kvflash
+        except ImportError as e:
+            print(f"bench_sdpa: --kvflash: cannot import kvflash ({e}; PYTHONPATH=BUILD/python)",
+                  file=sys.stderr)
+            return 3
+        bench.kvflash = kvflash
     print(bench.header(), file=sys.stderr)
     print(HUMAN_HEADER, file=sys.stderr, flush=True)
     bench.warm_up_gpu()
@@ -762,16 +867,17 @@ def main(argv=None):
     try:
         # Depth innermost, as kvflash-bench; backends and dtypes outermost so that one backend's
         # points run together.
-        for backend in args.backends:
-            for dtype_name in args.dtypes:
-                for hq, hkv in args.heads:
-                    for dk, dv in args.head_dim:
-                        for n, depth in args.points:
-                            r = bench.run_point(backend, dtype_name, hq, hkv, dk, dv, depth, n)
-                            wrong += r["status"].startswith("wrong")
-                            writer.writerow(r)
-                            out.flush()
-                            print(human_line(r), file=sys.stderr, flush=True)
+        runs = [(b, d) for b in args.backends for d in args.dtypes]
+        runs += [("kvflash", kv) for kv in args.kvflash]
+        for backend, dtype_name in runs:
+            for hq, hkv in args.heads:
+                for dk, dv in args.head_dim:
+                    for n, depth in args.points:
+                        r = bench.run_point(backend, dtype_name, hq, hkv, dk, dv, depth, n)
+                        wrong += r["status"].startswith("wrong")
+                        writer.writerow(r)
+                        out.flush()
+                        print(human_line(r), file=sys.stderr, flush=True)
     finally:
         if out is not sys.stdout:
             out.close()

@@ -123,8 +123,13 @@ def us_range(r):
     return f"{fmt_us(med)} ({fmt_us(lo)}-{fmt_us(hi)})"
 
 
-def sdpa_ok(r):
+def timed(r):
     return r.get("status", "") == "ok" and num(r.get("us_median")) is not None
+
+
+def sdpa_ok(r):
+    """An SDPA row that ran (bench_sdpa.py --kvflash rows, backend kvflash, are not SDPA)."""
+    return r.get("backend") != "kvflash" and timed(r)
 
 
 def compare(kv_rows, sdpa_rows):
@@ -153,14 +158,17 @@ def compare(kv_rows, sdpa_rows):
         right = set(range(3, len(header)))
         rows = []
         for r in sds:
-            if sdpa_ok(r):
-                detail = f"gqa {r.get('gqa') or '?'}, mask {r.get('mask') or '?'}"
+            python = r["backend"] == "kvflash"  # through the Python package, same process
+            if timed(r):
+                detail = (f"{r.get('kernel') or '?'}, Python package" if python else
+                          f"gqa {r.get('gqa') or '?'}, mask {r.get('mask') or '?'}")
             else:
                 status = r.get("status") or "no result"
                 detail = status if len(status) <= 90 else status[:87] + "..."
-            rows.append([f"SDPA {r['backend']}", r["dtype"], detail, us_range(r),
-                         fmt_gbps(num(r.get("gbps"))) if sdpa_ok(r) else "—"]
-                        + [""] * len(ratio_cols))
+            us = num(r.get("us_median")) if timed(r) else None
+            rows.append(["kvflash python" if python else f"SDPA {r['backend']}", r["dtype"],
+                         detail, us_range(r), fmt_gbps(num(r.get("gbps"))) if timed(r) else "—"]
+                        + [fmt_ratio(s, us) if python and us else "" for _, s in ratio_cols])
         for r in kvs:
             us = num(r["us_median"])
             detail = r["kernel"]

@@ -23,6 +23,8 @@
 #                backends, f16/bf16) on the same GPU, 32/8 heads, D 128, depths 4K/32K/128K/1M, 1
 #                and 8 query tokens (scripts/bench_sdpa.py); needs python3 with torch, else .err
 #                says it was skipped
+#                and, where the build made the Python package, kvflash through it on the same
+#                tensors (bench_sdpa.py --kvflash; python_overhead.txt: the package's cost per call)
 #   compare_sdpa.md  kvflash vs SDPA, one table per shape (scripts/compare_sdpa.py); also printed
 #                at the end of stdout
 #   bench_prefill.csv (+ .err)  kvflash-bench CUDA prefill (cuda.prefill): fresh prompts of 8K and
@@ -246,7 +248,17 @@ fi
 # The fair peer (about 20 s with torch's start): PyTorch SDPA on the same shapes, then both side
 # by side. A machine without torch only logs that; nothing here changes the exit code.
 if [ -z "${KVFLASH_GPU_QUICK:-}" ] && python3 -c 'import torch' > /dev/null 2>&1; then
-  python3 scripts/bench_sdpa.py --heads 32/8 --head-dim 128 -d 4096,32768,131072,1048576 -n 1,8 \
+  # kvflash through its Python package beside SDPA, where the build made the package
+  # (KVFLASH_PYTHON=AUTO: pybind11 and Python's headers found), and the package's cost per call.
+  kvpy=()
+  if PYTHONPATH=build/gpu/python python3 -c 'import kvflash' > /dev/null 2>&1; then
+    kvpy=(--kvflash "f16,q8_0,q4_0,turbo3")
+    PYTHONPATH=build/gpu/python python3 scripts/python_overhead.py --device cuda \
+      > "$out/python_overhead.txt" 2>&1
+    echo "python overhead rc=$?"; tail -n 8 "$out/python_overhead.txt"
+  fi
+  PYTHONPATH=build/gpu/python python3 scripts/bench_sdpa.py --heads 32/8 --head-dim 128 \
+    -d 4096,32768,131072,1048576 -n 1,8 "${kvpy[@]}" \
     -o "$out/bench_sdpa.csv" 2> "$out/bench_sdpa.err"
   echo "sdpa bench rc=$? $(tail -n 1 "$out/bench_sdpa.err")"
   python3 scripts/bench_sdpa.py --prefill --heads 32/8 -r 10 --warmup 3 \
