@@ -170,8 +170,8 @@ double nmse(const std::vector<float>& got, const std::vector<double>& ref) {
   return e / n;
 }
 
-// Every CPU kernel of this machine reads shuffled pages (runs of keys inside one page, one kernel
-// call each) as accurately as the contiguous cache (against the float64 reference); decode and
+// Every CPU kernel of this machine reads shuffled pages (pages of 1, 7 and 16 keys gathered into
+// whole chunks, pages of 100 in runs inside one page) as accurately as the contiguous cache (against the float64 reference); decode and
 // prefill-sized calls, splits included; an entry outside the pool is refused with its place
 // named.
 TEST(PagedCpuKernels, ShuffledPagesGiveTheContiguousResult) {

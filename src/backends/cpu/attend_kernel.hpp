@@ -71,8 +71,15 @@ struct AttendParams {
   int32_t next_keys;
 };
 
-// Floats of scratch one call needs.
-int64_t attend_scratch_floats(int32_t dk, int32_t dv, int32_t n_rows, int32_t n_heads);
+// Bytes of the staging rows of a paged call whose pages hold fewer keys than a chunk: each head's
+// rows of a chunk are gathered there from their pages, so that the chunk is whole (page 16 in
+// runs of 16 keys took 1.8-2.7x the time of a contiguous cache); 0 where the pages are read in
+// place (contiguous caches, pages of kKeyChunk keys or more).
+int64_t attend_gather_bytes(KvType k, KvType v, int32_t dk_row, int32_t dv_row, int32_t page_size);
+
+// Floats of scratch one call needs (the staging rows of attend_gather_bytes included).
+int64_t attend_scratch_floats(int32_t dk, int32_t dv, int32_t n_rows, int32_t n_heads,
+                              int64_t gather_bytes);
 
 void attend_portable(const AttendParams& p);
 #if defined(KVFLASH_CPU_AVX512)

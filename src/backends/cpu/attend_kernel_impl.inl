@@ -743,6 +743,81 @@ void attend_head(const AttendParams& p, const Context& ctx, [[maybe_unused]] con
   }
 }
 
+// n bytes from src to dst in 64- and 8-byte pieces (fixed-size copies the compiler makes vector
+// moves of; a row is 34-2048 bytes).
+inline void copy_row(uint8_t* dst, const uint8_t* src, int64_t n) {
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) std::memcpy(dst + i, src + i, 64);
+  for (; i + 8 <= n; i += 8) std::memcpy(dst + i, src + i, 8);
+  for (; i < n; ++i) dst[i] = src[i];
+}
+
+// A paged call whose pages hold fewer keys than a chunk (attend_gather_bytes): chunk by chunk,
+// each head's K and V rows of the chunk are copied from their pages into the staging rows (one
+// row after the other), prefetching the head's rows of the next chunk, and the chunk is attended
+// there as a contiguous one.
+template <typename ForHead, typename Q16, typename Q16Scale>
+void attend_gathered(const AttendParams& p, const Context& ctx, AttendParams& h,
+                     const ForHead& for_head, uint8_t* scratch_end, const Q16& q16_of,
+                     const Q16Scale& q16_scale_of) {
+  const int64_t kr = static_cast<int64_t>(row_size(p.k_type, p.dk_row));
+  const int64_t vr = static_cast<int64_t>(row_size(p.v_type, p.dv_row));
+  uint8_t* const sk = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(scratch_end) + 63) /
+                                                 64 * 64);  // kLanes floats of slack
+  uint8_t* const sv = sk + kKeyChunk * kr;
+  // Calls fn(key, K row, V row) for keys [lo, hi) of a head, page run by page run (one table
+  // read and division per run).
+  const auto for_rows = [&](int64_t lo, int64_t hi, int32_t head, const auto& fn) {
+    for (int64_t r0 = lo; r0 < hi;) {
+      const int64_t page_i = r0 / p.page_size, in_page = r0 - page_i * p.page_size;
+      const int64_t r1 = std::min(hi, r0 + (p.page_size - in_page));
+      const uint8_t* kp = p.k + int64_t{p.k_pages[page_i]} * p.k_page_stride +
+                          in_page * p.k_stride + head * p.k_head_stride;
+      const uint8_t* vp = p.v + int64_t{p.v_pages[page_i]} * p.v_page_stride +
+                          in_page * p.v_stride + head * p.v_head_stride;
+      for (int64_t key = r0; key < r1; ++key, kp += p.k_stride, vp += p.v_stride) fn(key, kp, vp);
+      r0 = r1;
+    }
+  };
+  h.k_stride = kr;
+  h.v_stride = vr;
+  h.next_keys = 0;
+  for (int64_t c = p.kv_begin; c < p.kv_end; c += kKeyChunk) {
+    const int64_t c_end = std::min(p.kv_end, c + kKeyChunk);
+    const int64_t next_end = std::min(p.kv_end, c_end + kKeyChunk);
+    for (int32_t head = 0; head < p.n_heads; ++head) {
+      // The next chunk's rows of this head, prefetched one pair per copied pair (a burst of
+      // prefetches fills the miss queue and stalls).
+      const uint8_t* next_k[kKeyChunk];
+      const uint8_t* next_v[kKeyChunk];
+      int32_t n_next = 0;
+      for_rows(c_end, next_end, head, [&](int64_t, const uint8_t* kp, const uint8_t* vp) {
+        next_k[n_next] = kp;
+        next_v[n_next++] = vp;
+      });
+      for_rows(c, c_end, head, [&](int64_t key, const uint8_t* kp, const uint8_t* vp) {
+        const auto j = static_cast<int32_t>(key - c);
+        copy_row(sk + j * kr, kp, kr);
+        copy_row(sv + j * vr, vp, vr);
+        if (j < n_next) {
+          prefetch_lines(next_k[j], kr);
+          prefetch_lines(next_v[j], vr);
+        }
+      });
+      // Key c + j at staging row j: the base an integer below the staging rows (never read).
+      h.k = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(sk) -
+                                             static_cast<uintptr_t>(c * kr));
+      h.v = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(sv) -
+                                             static_cast<uintptr_t>(c * vr));
+      h.kv_begin = c;
+      h.kv_end = c_end;
+      h.prefetch_end = c_end;  // the staging rows are in cache; the next chunk is prefetched above
+      for_head(head);
+      attend_head(h, ctx, q16_of(head), load(q16_scale_of(head)));
+    }
+  }
+}
+
 }  // namespace
 
 void attend(const AttendParams& p) {
@@ -772,6 +847,19 @@ void attend(const AttendParams& p) {
   AttendParams h = p;
   h.prefetch_end = p.kv_end;
   const int64_t rows = p.head_rows;
+  const auto for_head = [&](int32_t head) {  // the head's query rows, state and slopes
+    h.q = p.q + head * rows * p.dk;
+    h.o = p.o + head * rows * p.dv;
+    h.m = p.m + head * rows;
+    h.l = p.l + head * rows;
+    h.alibi = p.alibi ? p.alibi + int64_t{head} * p.group : nullptr;
+  };
+  if (attend_gather_bytes(p.k_type, p.v_type, p.dk_row, p.dv_row, p.page_size) > 0) {
+    attend_gathered(p, ctx, h, for_head,
+                    reinterpret_cast<uint8_t*>(head_scratch + int64_t{p.n_heads} * head_floats),
+                    q16_of, q16_scale_of);
+    return;
+  }
   // Block by block, every head: consecutive tokens of all heads are read together. Paged: each
   // block in runs inside one page, with the head-0 rows' base that puts key c of the run at
   // base + c * stride (an integer: the base itself may lie outside the pool), prefetching up to
@@ -815,11 +903,7 @@ void attend(const AttendParams& p) {
           h.k_next = k_next + head * p.k_head_stride;
           h.v_next = v_next + head * p.v_head_stride;
         }
-        h.q = p.q + head * rows * p.dk;
-        h.o = p.o + head * rows * p.dv;
-        h.m = p.m + head * rows;
-        h.l = p.l + head * rows;
-        h.alibi = p.alibi ? p.alibi + int64_t{head} * p.group : nullptr;
+        for_head(head);
         attend_head(h, ctx, q16_of(head), load(q16_scale_of(head)));
       }
       r0 = r1;

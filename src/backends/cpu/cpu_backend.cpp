@@ -64,9 +64,11 @@ Layout make_layout(const AttentionProblem& p, int32_t n_threads) {
                    tasks / static_cast<size_t>(L.sched.n_splits) * rows * L.dk_st * sizeof(float));
   L.thread_off = off;
   L.q_bytes = align_up(rows * L.dk_st * sizeof(float));  // every KV head's query rows
-  L.scratch_bytes = align_up(static_cast<size_t>(attend_scratch_floats(
-                                 L.dk_st, L.dv_st, L.sched.tile_rows(), p.n_kv_heads)) *
-                             sizeof(float));  // tiles of one KV head, int16 queries of all
+  L.scratch_bytes = align_up(
+      static_cast<size_t>(attend_scratch_floats(
+          L.dk_st, L.dv_st, L.sched.tile_rows(), p.n_kv_heads,
+          attend_gather_bytes(p.k_type, p.v_type, p.head_dim.k, p.head_dim.v, p.page_size))) *
+      sizeof(float));  // tiles of one KV head, int16 queries of all, paged: staging rows
   L.thread_bytes = L.q_bytes + L.scratch_bytes + align_up(L.dv_st * sizeof(float));
   L.total = off + L.thread_bytes * std::max(n_threads, 1) + kAlign;  // + kAlign: base alignment
   return L;
