@@ -743,13 +743,17 @@ void attend_head(const AttendParams& p, const Context& ctx, [[maybe_unused]] con
   }
 }
 
-// n bytes from src to dst in 64- and 8-byte pieces (fixed-size copies the compiler makes vector
-// moves of; a row is 34-2048 bytes).
+// n bytes from src to dst in 64- and 16-byte pieces, the last piece overlapping the one before it
+// (fixed-size copies the compiler makes vector moves of; rows are mostly 34-2048 bytes).
 inline void copy_row(uint8_t* dst, const uint8_t* src, int64_t n) {
+  if (n < 16) {
+    std::memcpy(dst, src, static_cast<size_t>(n));
+    return;
+  }
   int64_t i = 0;
   for (; i + 64 <= n; i += 64) std::memcpy(dst + i, src + i, 64);
-  for (; i + 8 <= n; i += 8) std::memcpy(dst + i, src + i, 8);
-  for (; i < n; ++i) dst[i] = src[i];
+  for (; i + 16 <= n; i += 16) std::memcpy(dst + i, src + i, 16);
+  if (i < n) std::memcpy(dst + n - 16, src + n - 16, 16);
 }
 
 // A paged call whose pages hold fewer keys than a chunk (attend_gather_bytes): chunk by chunk,
