@@ -534,17 +534,29 @@ class Bench:
             top = max(top, ref.abs().max().item())
         return err / max(top, 1e-30)
 
+    def kv_bytes(self, backend, dtype_name, hkv, dk, dv, depth):
+        """The unique KV bytes of a point: SDPA's float tensors, or kvflash's rows of its type."""
+        if backend == "kvflash":
+            kvf = self.kvflash
+            return depth * hkv * (kvf.row_size(dtype_name, dk) + kvf.row_size(dtype_name, dv))
+        esize = self.torch.tensor([], dtype=self.dtype[dtype_name]).element_size()
+        return depth * hkv * (dk + dv) * esize
+
+    def empty_row(self, backend, dtype_name, hq, hkv, dk, dv, depth, n, status=""):
+        """A point's CSV row before it is measured (every column; status as given)."""
+        return {"backend": backend, "dtype": dtype_name, "q_heads": hq, "kv_heads": hkv,
+                "head_dim_k": dk, "head_dim_v": dv, "depth": depth, "q_tokens": n, "gqa": "",
+                "us_median": "", "us_min": "", "us_max": "",
+                "kv_bytes": self.kv_bytes(backend, dtype_name, hkv, dk, dv, depth), "gbps": "",
+                "status": status, "mask": "", "copies": "", "max_err": "",
+                "flops": attention_flops(hq, dk, dv, n, depth), "tflops": "", "kernel": ""}
+
     def point(self, backend, dtype_name, hq, hkv, dk, dv, depth, n):
         t = self.torch
         args = self.args
         dtype = self.dtype[dtype_name]
-        esize = t.tensor([], dtype=dtype).element_size()
-        kv_bytes = depth * hkv * (dk + dv) * esize
-        row = {"backend": backend, "dtype": dtype_name, "q_heads": hq, "kv_heads": hkv,
-               "head_dim_k": dk, "head_dim_v": dv, "depth": depth, "q_tokens": n, "gqa": "",
-               "us_median": "", "us_min": "", "us_max": "", "kv_bytes": kv_bytes, "gbps": "",
-               "status": "", "mask": "", "copies": "", "max_err": "",
-               "flops": attention_flops(hq, dk, dv, n, depth), "tflops": ""}
+        row = self.empty_row(backend, dtype_name, hq, hkv, dk, dv, depth, n)
+        kv_bytes = row["kv_bytes"]
         if n > depth:
             row["status"] = (f"skipped: {n} query tokens are the last of the depth's tokens, "
                              f"so the depth must be at least {n}")
@@ -664,13 +676,9 @@ class Bench:
     def kvflash_point(self, kv_type, hq, hkv, dk, dv, depth, n):
         """kvflash through its Python package on one point (--kvflash): the row as point()'s."""
         t, args, kvf = self.torch, self.args, self.kvflash
-        kv_bytes = depth * hkv * (kvf.row_size(kv_type, dk) + kvf.row_size(kv_type, dv))
-        row = {"backend": "kvflash", "dtype": kv_type, "q_heads": hq, "kv_heads": hkv,
-               "head_dim_k": dk, "head_dim_v": dv, "depth": depth, "q_tokens": n,
-               "gqa": "native" if hq > hkv else "mha", "us_median": "", "us_min": "",
-               "us_max": "", "kv_bytes": kv_bytes, "gbps": "", "status": "",
-               "mask": "none" if n == 1 else "bottom_right", "copies": "", "max_err": "",
-               "flops": attention_flops(hq, dk, dv, n, depth), "tflops": "", "kernel": ""}
+        row = self.empty_row("kvflash", kv_type, hq, hkv, dk, dv, depth, n)
+        row.update(gqa="native" if hq > hkv else "mha", mask="none" if n == 1 else "bottom_right")
+        kv_bytes = row["kv_bytes"]
         if n > depth:
             row["status"] = f"skipped: {n} query tokens need a depth of at least {n}"
             return row
@@ -740,18 +748,7 @@ class Bench:
             status = "error: " + short_reason(e)
         finally:
             t.cuda.empty_cache()
-        if backend == "kvflash":
-            kv_bytes = depth * hkv * (self.kvflash.row_size(dtype_name, dk)
-                                      + self.kvflash.row_size(dtype_name, dv))
-        else:
-            kv_bytes = depth * hkv * (dk + dv) * t.tensor(
-                [], dtype=self.dtype[dtype_name]).element_size()
-        return {"backend": backend, "dtype": dtype_name, "q_heads": hq, "kv_heads": hkv,
-                "head_dim_k": dk, "head_dim_v": dv, "depth": depth, "q_tokens": n, "gqa": "",
-                "us_median": "", "us_min": "", "us_max": "",
-                "kv_bytes": kv_bytes, "gbps": "", "status": status,
-                "mask": "", "copies": "", "max_err": "",
-                "flops": attention_flops(hq, dk, dv, n, depth), "tflops": ""}
+        return self.empty_row(backend, dtype_name, hq, hkv, dk, dv, depth, n, status)
 
 
 def human_line(r):
