@@ -117,7 +117,8 @@ TEST(CudaPrefillLayout, SwizzledTilesPlaceEveryValueOnceAndSpreadBanks) {
       for (int32_t r0 = 0; r0 < rows; r0 += 8)
         for (int32_t d = 0; d < dims; d += 8) {
           std::vector<int> quads;
-          for (int32_t r = r0; r < r0 + 8; ++r) quads.push_back(swizzled_offset(r, d, rows) / 16 % 8);
+          for (int32_t r = r0; r < r0 + 8; ++r)
+            quads.push_back(swizzled_offset(r, d, rows) / 16 % 8);
           std::sort(quads.begin(), quads.end());
           EXPECT_EQ(std::unique(quads.begin(), quads.end()), quads.end());
         }

@@ -27,7 +27,8 @@
   } while (0)
 
 // A build without KVFLASH_CUDA_ALL_PAIRS compiles the decode kernels of the default (K, V) pairs
-// only (common/type_pairs.hpp): a test of another pair skips there, saying so and naming the option.
+// only (common/type_pairs.hpp): a test of another pair skips there, saying so and naming the
+// option.
 #define KVFLASH_REQUIRE_PAIR(k, v)                                                   \
   do {                                                                               \
     if (auto why_ = ::kvflash::gputest::pair_not_built(k, v)) GTEST_SKIP() << *why_; \

@@ -168,8 +168,8 @@ std::string param_name(const ::testing::TestParamInfo<PrefillCase>& info) {
   return case_name(info.param);
 }
 
-// Every pair a default build compiles (common/type_pairs.hpp: decode and prefill compile the same ones),
-// 100 queries onto a 1000-token cache, GQA 4.
+// Every pair a default build compiles (common/type_pairs.hpp: decode and prefill compile the same
+// ones), 100 queries onto a 1000-token cache, GQA 4.
 std::vector<PrefillCase> pair_cases() {
   std::vector<PrefillCase> out;
   for (const cuda::KvTypePair& pair : cuda::kDefaultPairs) {

@@ -171,9 +171,9 @@ double nmse(const std::vector<float>& got, const std::vector<double>& ref) {
 }
 
 // Every CPU kernel of this machine reads shuffled pages (pages of 1, 7 and 16 keys gathered into
-// whole chunks, pages of 100 in runs inside one page) as accurately as the contiguous cache (against the float64 reference); decode and
-// prefill-sized calls, splits included; an entry outside the pool is refused with its place
-// named.
+// whole chunks, pages of 100 in runs inside one page) as accurately as the contiguous cache
+// (against the float64 reference); decode and prefill-sized calls, splits included; an entry
+// outside the pool is refused with its place named.
 TEST(PagedCpuKernels, ShuffledPagesGiveTheContiguousResult) {
   std::vector<std::string> kernels;
   for (const KernelCandidate& k : kernel_candidates())

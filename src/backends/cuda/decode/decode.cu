@@ -3,9 +3,9 @@
 // candidate live in decode_host.cpp (plain C++).
 #include <cuda_runtime.h>
 
+#include "backends/cuda/common/type_pairs.hpp"
 #include "backends/cuda/decode/decode_launch.cuh"
 #include "backends/cuda/decode/decode_merge.cuh"
-#include "backends/cuda/common/type_pairs.hpp"
 
 #ifndef KVFLASH_CUDA_ALL_PAIRS
 #error "KVFLASH_CUDA_ALL_PAIRS (0 or 1) must be defined by the build (see common/type_pairs.cpp)"
@@ -13,8 +13,9 @@
 
 namespace kvflash::cuda::decode {
 
-// The table entry of an instance: null where this build did not compile the pair (common/type_pairs.hpp;
-// the guard kv_types rejects such a pair before a plan is made), so that nothing refers to it.
+// The table entry of an instance: null where this build did not compile the pair
+// (common/type_pairs.hpp; the guard kv_types rejects such a pair before a plan is made), so that
+// nothing refers to it.
 template <KvType KT, KvType VT, int NR, bool KS>
 constexpr DecodeInstance instance() {
   if constexpr (pair_built(KT, VT, KVFLASH_CUDA_ALL_PAIRS != 0))

@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "backends/cuda/common/device_info.hpp"
+#include "backends/cuda/common/type_pairs.hpp"
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/decode/decode_instances.hpp"
-#include "backends/cuda/common/type_pairs.hpp"
 #include "backends/cuda/decode/decode_plan.hpp"
 
 namespace kvflash::cuda::decode {

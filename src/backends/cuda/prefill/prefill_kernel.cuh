@@ -84,7 +84,7 @@ __device__ __forceinline__ void issue_tile(const PrefillParams& p, const TileCop
     const int lead = static_cast<int>(reinterpret_cast<uintptr_t>(row) & c.lead_mask);
     const uint8_t* src = valid ? row - lead + u * c.unit : c.base;
     uint8_t* d = kMode == TileMode::direct ? dst + swizzled_offset(r, (u * c.unit) >> 1, kTileKeys)
-                                            : dst + r * stride + u * c.unit;
+                                           : dst + r * stride + u * c.unit;
     const int n = valid ? c.unit : 0;
     if (c.unit == 16) {
       cp_async<16>(d, src, n);
@@ -226,7 +226,7 @@ __device__ __forceinline__ int warp_row(int warp, int i) {
 
 template <int N>
 __device__ __forceinline__ float (&flat(float (&a)[N / 4][4]))[N] {
-  return *reinterpret_cast<float (*)[N]>(&a);
+  return *reinterpret_cast<float(*)[N]>(&a);
 }
 
 // S = Q.K^T for the warpgroup's kMT blocks of 64 rows and the tile's 64 keys: s[m][n-tile][4]
@@ -381,8 +381,9 @@ __device__ __forceinline__ void zero_hidden_v(const uint4 (&pa)[kMT][4], uint8_t
       b |= pa[m][kc].z | pa[m][kc].w;
     }
     const int t = lane & 3;
-    const uint32_t bits = ((a & 0xffffu) ? 1u : 0u) << (2 * t) | ((a >> 16) ? 1u : 0u) << (2 * t + 1) |
-                          ((b & 0xffffu) ? 1u : 0u) << (2 * t + 8) | ((b >> 16) ? 1u : 0u) << (2 * t + 9);
+    const uint32_t bits =
+        ((a & 0xffffu) ? 1u : 0u) << (2 * t) | ((a >> 16) ? 1u : 0u) << (2 * t + 1) |
+        ((b & 0xffffu) ? 1u : 0u) << (2 * t + 8) | ((b >> 16) ? 1u : 0u) << (2 * t + 9);
     if (kc < 2)
       lo |= bits << (16 * kc);
     else
@@ -427,8 +428,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   __shared__ uint32_t weighed[2];  // zero_hidden_v's marks
   __shared__ int bad_input;
   // The layout's regions from a kSwizzleAlign boundary (smem_total has the slack).
-  uint8_t* const smem =
-      smem_raw + ((kSwizzleAlign - (smem_addr(smem_raw) & (kSwizzleAlign - 1))) & (kSwizzleAlign - 1));
+  uint8_t* const smem = smem_raw + ((kSwizzleAlign - (smem_addr(smem_raw) & (kSwizzleAlign - 1))) &
+                                    (kSwizzleAlign - 1));
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
   const int g = lane >> 2, t = lane & 3;
@@ -465,18 +466,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint8_t* st = stage(static_cast<int>(j & 1));
     const int64_t k0 = cta.keys.lo + j * kTileKeys;
     if constexpr (kModeK != TileMode::convert)
-      issue_tile<kModeK>(p, p.k, st + p.k_stage_off, st + p.k_lead_off,
-                         p.k_slot, cta, k0, tid,
+      issue_tile<kModeK>(p, p.k, st + p.k_stage_off, st + p.k_lead_off, p.k_slot, cta, k0, tid,
                          &bad_input);
     if constexpr (kModeV != TileMode::convert)
-      issue_tile<kModeV>(p, p.v, st + p.v_stage_off, st + p.v_lead_off,
-                         p.v_slot, cta, k0, tid,
+      issue_tile<kModeV>(p, p.v, st + p.v_stage_off, st + p.v_lead_off, p.v_slot, cta, k0, tid,
                          &bad_input);
     cp_async_commit();
   };
   if (n_tiles > 0) issue(0);
   stage_q<KT, kRows, DVB>(p, cta, sq, reinterpret_cast<float*>(smem + p.scratch_off) + warp * 128,
-                     sign_words, tid);
+                          sign_words, tid);
 
   // The lane's rows: row g + 8 r of the warp's 16 in block m.
   int rr[kMT][2];
@@ -514,14 +513,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       decode_tile<KT>(st + p.k_stage_off, st + p.k_lead_off, p.k_slot, smem + p.k_dec_off, p.dkc,
                       p.k_div_items, tid);
     if constexpr (kModeK == TileMode::convert)
-      convert_tile(p, p.k, cta, k0, smem + p.k_dec_off, p.dkc, p.k_div_items, tid,
-                   &bad_input);
+      convert_tile(p, p.k, cta, k0, smem + p.k_dec_off, p.dkc, p.k_div_items, tid, &bad_input);
     if constexpr (kModeV == TileMode::raw)
       decode_tile<VT>(st + p.v_stage_off, st + p.v_lead_off, p.v_slot, smem + p.v_dec_off, p.dvc,
                       p.v_div_items, tid);
     if constexpr (kModeV == TileMode::convert)
-      convert_tile(p, p.v, cta, k0, smem + p.v_dec_off, p.dvc, p.v_div_items, tid,
-                   &bad_input);
+      convert_tile(p, p.v, cta, k0, smem + p.v_dec_off, p.dvc, p.v_div_items, tid, &bad_input);
     if constexpr (kModeK != TileMode::direct || kModeV != TileMode::direct) {
       fence_proxy_async();
       __syncthreads();

@@ -82,7 +82,7 @@ struct PrefillLayout {
   int32_t scratch_off = 0;                 // turbo K: one 128-float group per warp for Q's rotation
   int32_t out_stride = 0;                  // floats per row of the epilogue's output staging
   size_t smem_main = 0, smem_epilogue = 0, smem_total = 0;  // total: + the alignment slack
-  int32_t n_row_blocks = 0;  // CTAs per (sequence, KV head)
+  int32_t n_row_blocks = 0;                                 // CTAs per (sequence, KV head)
 };
 
 // Dims the prefill kernel computes over: float types their own (every supported head dim is a
