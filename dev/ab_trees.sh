@@ -42,9 +42,9 @@ ab_build_trees() {
 # ab_gpu_checks OUT BUILD TAG SANITIZE RACECHECK_RUNS [VAR=VALUE ...]: the GPU tests and CUDA
 # parity of the build folder BUILD, each under a timeout, with the VAR=VALUE settings in the
 # environment; then, if SANITIZE is 1 and both passed, memcheck and RACECHECK_RUNS racecheck runs
-# over the decode and graph tests. Logs OUT/tests$TAG.txt, parity$TAG.txt, memcheck$TAG.txt,
-# racecheck${TAG}_N.txt; appends (and prints) a summary to OUT/checks.txt. Returns 1 if the tests
-# or parity failed.
+# over the decode, graph and page-guard tests (AB_FILTER: another gtest filter). Logs
+# OUT/tests$TAG.txt, parity$TAG.txt, memcheck$TAG.txt, racecheck${TAG}_N.txt; appends (and
+# prints) a summary to OUT/checks.txt. Returns 1 if the tests or parity failed.
 ab_gpu_checks() {
   local out=$1 build=$2 tag=$3 sanitize=$4 rc_runs=$5
   shift 5
@@ -66,7 +66,9 @@ ab_gpu_checks() {
   prc=$(sed -n 's/^parity rc=//p' "$out/checks.txt" | tail -1)
   [ "$trc" = 0 ] && [ "$prc" = 0 ] || return 1
   [ "$sanitize" = 1 ] || return 0
-  local filter='Cases/CudaDecode.*:CudaGraph.*'
+  # The decode tests (contiguous and paged, the length guard), the graph tests and the page
+  # guards; AB_FILTER replaces the list.
+  local filter=${AB_FILTER:-'*CudaDecode*:CudaGraph.*:GpuKvCache.Page*'}
   {
     env "$@" timeout 150 compute-sanitizer --tool memcheck "$build/tests/test_gpu_attention" \
       --gtest_filter="$filter" > "$out/memcheck$tag.txt" 2>&1

@@ -648,9 +648,9 @@ TEST(CudaDecodePlan, CopyModeFitsEveryRowAndSlot) {
   }
 }
 
-// TMA tile copies (tma_tile_view): quantized contiguous caches of 16-byte aligned token rows get a
-// view whose boxes, from each head's row rounded down to 16 bytes, hold the row in the slot;
-// everything TMA cannot describe is left to cp.async.
+// TMA tile copies (tma_tile_view): quantized caches of 16-byte aligned token rows, contiguous or in
+// pages of a multiple of 16 tokens, get a view whose boxes, from each head's row rounded down to 16
+// bytes, hold the row in the slot; everything TMA cannot describe is left to cp.async.
 TEST(CudaDecodePlan, TmaTileViewCoversAlignedQuantizedCachesOnly) {
   const auto* base = reinterpret_cast<const uint8_t*>(uintptr_t{1} << 20);  // 256-byte aligned
   auto setup = [&](KvType t, int32_t kvh, int32_t seqs) {
@@ -672,10 +672,12 @@ TEST(CudaDecodePlan, TmaTileViewCoversAlignedQuantizedCachesOnly) {
       ASSERT_TRUE(v.has_value());
       EXPECT_EQ(v->extent, 8 * l.k_row_bytes);
       EXPECT_EQ(v->extent, kv.stride_token);
+      EXPECT_EQ(v->rows, 4096);
+      EXPECT_EQ(v->outer, seqs);
       if (seqs > 1) {
-        EXPECT_EQ(v->seq_stride, kv.stride_seq);
+        EXPECT_EQ(v->outer_stride, kv.stride_seq);
       }
-      EXPECT_EQ(v->seq_stride % 16, 0);
+      EXPECT_EQ(v->outer_stride % 16, 0);
       for (int64_t h = 0; h < 8; ++h)
         EXPECT_LE(((h * kv.stride_head) & 15) + l.k_row_bytes, l.sk_stride) << "head " << h;
     }
@@ -687,14 +689,33 @@ TEST(CudaDecodePlan, TmaTileViewCoversAlignedQuantizedCachesOnly) {
     return tma_tile_view(k, p.k_type, l.k_row_bytes, slot, p).has_value();
   };
   EXPECT_TRUE(view(kv, q4, l.sk_stride));
-  // Float rows, paged caches, an unaligned data pointer, a slot without room for the lead.
+  // Paged: the pool as [page][token in page][row bytes], boxes of one 16-key step; pages not a
+  // multiple of 16 tokens, or a window (its range starts anywhere), are left to cp.async.
+  for (const int32_t page : {16, 64, 256}) {
+    AttentionProblem paged = q4;
+    paged.page_size = page;
+    const KvTensor pool = kv_tensor_paged(base, KvType::q4_0, 128, 8, page, 300, nullptr, 1);
+    const std::optional<TmaTileView> v =
+        tma_tile_view(pool, KvType::q4_0, l.k_row_bytes, l.sk_stride, paged);
+    ASSERT_TRUE(v.has_value()) << page;
+    EXPECT_EQ(v->rows, page);
+    EXPECT_EQ(v->outer, 300);
+    EXPECT_EQ(v->outer_stride, pool.stride_page);
+    paged.window = 100;
+    EXPECT_FALSE(view(pool, paged, l.sk_stride)) << page;
+  }
+  for (const int32_t page : {1, 7, 8, 24}) {
+    AttentionProblem paged = q4;
+    paged.page_size = page;
+    EXPECT_FALSE(view(kv_tensor_paged(base, KvType::q4_0, 128, 8, page, 300, nullptr, 1), paged,
+                      l.sk_stride))
+        << page;
+  }
+  // Float rows, an unaligned data pointer, a slot without room for the lead.
   const AttentionProblem f16 = setup(KvType::f16, 8, 1);
   EXPECT_FALSE(tma_tile_view(kv_tensor_contiguous(base, KvType::f16, 128, 8, 4096), KvType::f16,
                              256, decode_layout(f16).sk_stride, f16)
                    .has_value());
-  AttentionProblem paged = q4;
-  paged.page_size = 64;
-  EXPECT_FALSE(view(kv, paged, l.sk_stride));
   KvTensor shifted = kv;
   shifted.data = base + 8;
   EXPECT_FALSE(view(shifted, q4, l.sk_stride));

@@ -29,6 +29,7 @@ struct DecodeCase {
   KvType k_type;
   KvType v_type;
   std::vector<int64_t> lens;  // one per sequence
+  int32_t page_size = 0;      // > 0: K and V in a shuffled page table (stage_paged)
 };
 
 std::string case_name(const DecodeCase& c) {
@@ -40,8 +41,9 @@ std::string case_name(const DecodeCase& c) {
   const std::string kv = c.v_type == c.k_type
                              ? std::string(to_string(c.k_type))
                              : fmt::format("{}_{}", to_string(c.k_type), to_string(c.v_type));
-  return fmt::format("q{}_h{}x{}_d{}_{}_{}", c.n_q_tokens, c.n_q_heads, c.n_kv_heads, dims, kv,
-                     lens);
+  const std::string paged = c.page_size > 0 ? fmt::format("_page{}", c.page_size) : "";
+  return fmt::format("q{}_h{}x{}_d{}_{}_{}{}", c.n_q_tokens, c.n_q_heads, c.n_kv_heads, dims, kv,
+                     lens, paged);
 }
 
 std::vector<DecodeCase> decode_cases() {
@@ -96,6 +98,25 @@ std::vector<DecodeCase> decode_cases() {
   };
 }
 
+// Paged caches: shuffled tables over a pool with spare NaN pages, pages shorter and longer than a
+// tile (1 to 256 tokens, one not a power of two), 16-byte rows, rows with a lead and rows the
+// general copy path reads (q4_0 at D 64: 36-byte rows), one to eight tokens, the K split, splits
+// of a long sequence, a batch.
+std::vector<DecodeCase> paged_cases() {
+  using enum KvType;
+  const HeadDims d64{64, 64}, d128{128, 128}, d256{256, 256};
+  std::vector<DecodeCase> out = {
+      {1, 8, 2, d128, f16, f16, {70000}},          {1, 16, 2, d128, q8_0, q8_0, {5000}},
+      {1, 8, 2, d128, q4_0, q4_0, {70000}},        {1, 16, 2, d128, q8_0, turbo3, {70000}},
+      {8, 8, 2, d128, bf16, bf16, {4865}},         {1, 8, 2, d256, turbo3, turbo3, {5000}},
+      {1, 8, 2, d64, q4_0, q4_0, {5000}},          {2, 16, 2, d128, turbo2, turbo2, {5000, 77}},
+      {1, 8, 2, d128, q4_0, turbo4, {3000, 0, 1}},
+  };
+  const int32_t pages[] = {16, 64, 256, 7, 1, 16, 16, 32, 16};
+  for (size_t i = 0; i < out.size(); ++i) out[i].page_size = pages[i];
+  return out;
+}
+
 // What gtest (and CTest's test list) shows for a case: its name, not its bytes.
 void PrintTo(const DecodeCase& c, std::ostream* os) {
   *os << case_name(c);
@@ -118,8 +139,10 @@ TEST_P(CudaDecode, MatchesTheFloat64Reference) {
   p.k_type = c.k_type;
   p.v_type = c.v_type;
   p.kv_capacity = std::max<int64_t>(1, *std::max_element(lens.begin(), lens.end()));
+  AttentionProblem run_p = p;  // p: contiguous, the reference's layout
+  run_p.page_size = c.page_size;
 
-  const Expected<Plan> pl = plan_cuda(p);
+  const Expected<Plan> pl = plan_cuda(run_p);
   if (!pl && pl.error().code == ErrorCode::unsupported)
     GTEST_SKIP() << "no CUDA candidate accepts " << describe(p) << ": "
                  << pl.error().message.substr(0, pl.error().message.find('\n'));
@@ -132,10 +155,17 @@ TEST_P(CudaDecode, MatchesTheFloat64Reference) {
   KVFLASH_ASSIGN_OR_FAIL(stream, gpu::Stream::create());
   DeviceInputs dev;
   KVFLASH_ASSIGN_OR_FAIL(dev, stage(in, stream.handle()));
+  AttentionTensors t = dev.tensors;
+  PagedKv paged;
+  if (c.page_size > 0) {
+    KVFLASH_ASSIGN_OR_FAIL(paged, stage_paged(in, c.page_size, 7, stream.handle()));
+    t.k = paged.k_tensor;
+    t.v = paged.v_tensor;
+  }
   DeviceOutputs o;
   KVFLASH_ASSIGN_OR_FAIL(o, allocate_outputs(*pl, stream.handle()));
 
-  KVFLASH_ASSERT_OK(run(*pl, with_outputs(dev.tensors, o), o.workspace.data(), stream.handle()));
+  KVFLASH_ASSERT_OK(run(*pl, with_outputs(t, o), o.workspace.data(), stream.handle()));
   HostOutputs got;
   KVFLASH_ASSIGN_OR_FAIL(got, read_outputs(o, stream));
   KVFLASH_ASSERT_OK(gpu::last_error());
@@ -151,6 +181,10 @@ TEST_P(CudaDecode, MatchesTheFloat64Reference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaDecode, ::testing::ValuesIn(decode_cases()),
+                         [](const ::testing::TestParamInfo<DecodeCase>& param_info) {
+                           return case_name(param_info.param);
+                         });
+INSTANTIATE_TEST_SUITE_P(Paged, CudaDecode, ::testing::ValuesIn(paged_cases()),
                          [](const ::testing::TestParamInfo<DecodeCase>& param_info) {
                            return case_name(param_info.param);
                          });

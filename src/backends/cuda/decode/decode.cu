@@ -18,10 +18,13 @@ namespace kvflash::cuda::decode {
 // nothing refers to it.
 template <KvType KT, KvType VT, int NR, bool KS>
 constexpr DecodeInstance instance() {
-  if constexpr (pair_built(KT, VT, KVFLASH_CUDA_ALL_PAIRS != 0))
-    return {prepare_decode<KT, VT, NR, KS>, launch_decode<KT, VT, NR, KS>};
+  if constexpr (!pair_built(KT, VT, KVFLASH_CUDA_ALL_PAIRS != 0))
+    return {nullptr, nullptr, nullptr, nullptr};
+  else if constexpr (!tma_copyable(KT) && !tma_copyable(VT))
+    return {prepare_decode<KT, VT, NR, KS>, launch_decode<KT, VT, NR, KS>,
+            prepare_decode<KT, VT, NR, KS, true>, launch_decode<KT, VT, NR, KS, true>};
   else
-    return {nullptr, nullptr};
+    return {prepare_decode<KT, VT, NR, KS>, launch_decode<KT, VT, NR, KS>, nullptr, nullptr};
 }
 
 #include "backends/cuda/decode/instances/decode_table.inc"

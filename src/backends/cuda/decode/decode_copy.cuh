@@ -1,8 +1,9 @@
 // The tile copy of the CUDA decode kernel: K and V rows from global memory into a shared-memory
-// stage with cp.async, in 16-, 8- or 4-byte units (copy_mode in decode_plan.cpp picks the unit),
-// the general path (paged tensors, any unit) and the short path of contiguous tensors in 16-byte
-// units, and TileIssue, the kernel's copy of one tile (TMA for the tensors the host mapped; these
-// paths for float rows, paged caches, slots over 256 bytes, strides TMA cannot describe).
+// stage with cp.async, in 16-, 8- or 4-byte units (copy_mode in common/tile_copy.cpp picks the
+// unit), the general path (any unit) and the short paths of contiguous and paged tensors in
+// 16-byte units, and TileIssue, the kernel's copy of one tile (TMA for the tensors the host
+// mapped; these paths for float rows, slots over 256 bytes, pages TMA cannot describe, strides
+// TMA cannot describe).
 #pragma once
 
 #include <cstdint>
@@ -140,19 +141,72 @@ __device__ __forceinline__ void copy_tile(const TileCopy& c, const uint8_t* row0
   }
 }
 
+// One paged tensor as a CTA's tile copies see it: the sequence's page table, the bytes from one
+// page to the next, the pages in the pool.
+struct PagedRows {
+  const int32_t* table;
+  int64_t page_bytes;
+  uint32_t n_pages;
+};
+
+// copy_tile over a paged tensor: the same share of rows and units per thread, each row found
+// through the page table (key / page_size by div_page: keys below 2^31), the table entries of four
+// rows loaded before their copies are issued, so that their latencies overlap (the general path
+// walked the tile page by page, one dependent table load per page run: f16 at page 16 ran 1.33x
+// the contiguous time). A page number outside 0 .. n_pages - 1 (an engine's bug in a table on
+// the device) reads page 0 instead, never memory outside the pool, and sets *bad_input: the
+// epilogue writes NaN for the sequence.
+__device__ __forceinline__ void copy_tile_paged(const TileCopy& c, const uint8_t* base,
+                                                int64_t stride, const PagedRows& pr,
+                                                const FastDiv& div_page, int key0, int rows_valid,
+                                                int bk, int pass, uint8_t* dst0, int sstride,
+                                                int* bad_input) {
+  constexpr int kBatch = 4;
+  const int64_t unit_off = c.src_off - int64_t{c.r0} * stride;  // 16 * u - lead
+  const uint8_t* zero_src = base - c.lead;  // 16-byte aligned; the zero-filled rows' source
+  uint8_t* dst = dst0 + c.dst_off;
+  const int dst_step = pass * sstride;
+  bool bad = false;
+  for (int r = c.r0; r < bk; r += kBatch * pass) {
+    int32_t slot[kBatch];
+    int in_page[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int rj = r + j * pass, key = key0 + rj;
+      const int page = fdiv(key, div_page);
+      in_page[j] = key - page * div_page.d;
+      slot[j] = rj < rows_valid ? __ldg(pr.table + page) : 0;
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int rj = r + j * pass;
+      if (rj >= bk) break;
+      const bool ok = rj < rows_valid;
+      const bool outside = static_cast<uint32_t>(slot[j]) >= pr.n_pages;
+      bad |= ok && outside;
+      const int64_t page = outside ? 0 : slot[j];
+      const uint8_t* src = base + unit_off + page * pr.page_bytes + int64_t{in_page[j]} * stride;
+      cp_async<16>(dst, ok ? src : zero_src, ok ? c.n : 0);
+      dst += dst_step;
+    }
+  }
+  if (bad) atomicOr(bad_input, 1);
+}
+
 // Copies the K and V rows of keys key0 .. key0 + bk - 1 into stage `st`; rows past k_hi are
 // zero-filled. Per row of `per_row` copy units, thread tid copies unit tid % per_row of rows
 // tid / per_row, + rows_per_pass, ... (the kThreads % per_row threads left over idle), walking
 // its source and destination by constant steps: a few instructions per unit. (The previous
 // walk over (row, unit) pairs with a carry, a 64-bit multiply and the unit-size dispatch per
 // unit took about 50 instructions per copied unit: 40% of all the kernel executed for q4_0.)
-// Contiguous tensors copied in 16-byte units (the usual case: k_fast / v_fast) take copy_tile,
-// this thread's unit and rows worked out from tid in a few instructions per tile; paged tensors
-// and 8- or 4-byte units the general path below. Quantized tiles of contiguous caches go by TMA
+// Tensors copied in 16-byte units (the usual case: k_fast / v_fast) take copy_tile (contiguous) or
+// copy_tile_paged, this thread's unit and rows worked out from tid in a few instructions per
+// tile; 8- or 4-byte units the general path below. Quantized tiles of contiguous caches go by TMA
 // instead (p.tma_k / p.tma_v). The members are the CTA's constants, set in the kernel's prologue.
 // kTma: the kernel's K or V type can go by TMA (not both float: tma_copyable); else the TMA code
-// is compiled out (p.tma_bytes is 0 for such kernels).
-template <bool kTma>
+// is compiled out (p.tma_bytes is 0 for such kernels). kPagedRows: copy_tile_paged is compiled in
+// (the float kernels for paged caches, decode_kernel's PR).
+template <bool kTma, bool kPagedRows>
 struct TileIssue {
   uint8_t* stage_base;
   const uint8_t* k_base;
@@ -161,6 +215,8 @@ struct TileIssue {
   int* bad_input;      // set when a page table entry is outside 0 .. n_pages - 1
   int64_t k_hi;
   int k_tile_bytes, kvh, seq, tid;
+  // 16-byte units, rows of at most kThreads units, and contiguous, or paged with keys below 2^31
+  // in a kPagedRows kernel: copy_tile / copy_tile_paged; else the general path below.
   bool k_fast, v_fast;
 
   // One TMA tensor's copies of the tile at key into ks: a whole tile as one box of bk rows, a
@@ -178,10 +234,46 @@ struct TileIssue {
       tma_load_3d(ks + b * p.tma_box * sstride, step_map, x, key + b * p.tma_box, seq, bar);
   }
 
+  // A paged tensor's tile by TMA: one kPagedTmaBox-row box per 16-key step that holds a key of
+  // the range (no box crosses a page, tma_tile_view), its page found in the sequence's table by
+  // the lane that issues it: lanes 0-15 of warp 0 K's boxes, 16-31 V's, so that the table loads
+  // overlap. (A loop over more boxes per lane made the two-n-tile kernels spill.) Lane 0 sets the
+  // transaction count of all of them (a copy may complete before: the count may go below zero
+  // until then, and the phase completes only after that arrival). A page number outside 0 ..
+  // n_pages - 1 reads page 0 and sets *bad_input (the epilogue writes NaN).
+  __device__ __forceinline__ void tma_paged_tile(const DecodeParams& p, uint8_t* ks, int key0,
+                                                 int rows_valid, uint64_t* bar) const {
+    const int n_box = (rows_valid + kPagedTmaBox - 1) / kPagedTmaBox;
+    if (tid == 0) mbar_arrive_expect_tx(bar, static_cast<uint32_t>(n_box * p.tma_step_bytes));
+    const int which = tid >> 4;
+    if (!(which == 0 ? p.tma_k : p.tma_v)) return;
+    const int32_t* table = which == 0 ? p.k_pages + int64_t{blockIdx.z} * p.k_pps
+                                      : p.v_pages + int64_t{blockIdx.z} * p.v_pps;
+    const auto n_pages = static_cast<uint32_t>(which == 0 ? p.k_np : p.v_np);
+    const int sstride = which == 0 ? p.sk_stride : p.sv_stride;
+    const int x = (kvh * static_cast<int>(which == 0 ? p.k_sh : p.v_sh)) & ~15;
+    uint8_t* dst = ks + (which == 0 ? 0 : k_tile_bytes);
+    const TensorMapBytes* map = which == 0 ? &p.k_map : &p.v_map;
+    const int b = tid & 15;  // n_box <= 16: bk <= kMaxTileKeys (decode_plan.cpp)
+    if (b < n_box) {
+      const int key = key0 + b * kPagedTmaBox;
+      const int page = fdiv(key, p.div_page);
+      int32_t slot = __ldg(table + page);
+      if (static_cast<uint32_t>(slot) >= n_pages) {
+        atomicOr(bad_input, 1);
+        slot = 0;
+      }
+      fence_proxy_async();  // this thread's copy after the stage's reads (see operator())
+      tma_load_3d(dst + b * kPagedTmaBox * sstride, map, x, key - page * p.page_size, slot, bar);
+    }
+  }
+
   __device__ __forceinline__ void operator()(const DecodeParams& p, int64_t key0, int st) const {
     uint8_t* ks = stage_base + st * p.smem_kv_bytes;
     const int rows_valid = static_cast<int>(min(int64_t{p.bk}, k_hi - key0));  // >= 1
-    if (kTma && p.tma_bytes > 0 && tid == 0) {
+    if (kTma && p.tma_bytes > 0 && p.page_size > 0) {
+      if (tid < 32) tma_paged_tile(p, ks, static_cast<int>(key0), rows_valid, &tile_bar[st]);
+    } else if (kTma && p.tma_bytes > 0 && tid == 0) {
       // Per TMA tensor, one copy of a whole tile, or for the last tile of a range that ends
       // inside it with at most tma_step_rows keys the step boxes its keys are in (a 4K call's
       // 64-key splits copy 64 rows, not a 128-256-key tile). Rows past k_hi in the last box are
@@ -223,7 +315,16 @@ struct TileIssue {
         const TileCopy c =
             tile_copy_plan(base, stride, row_bytes, which == 0 ? p.k_lead16 : p.v_lead16,
                            which == 0 ? p.div_k_units : p.div_v_units, pass, sstride, p.bk, tid);
-        copy_tile(c, base + key0 * stride, stride, rows_valid, p.bk, pass, dst0, sstride);
+        if (!kPagedRows || p.page_size == 0) {  // (k_fast: contiguous unless kPagedRows)
+          copy_tile(c, base + key0 * stride, stride, rows_valid, p.bk, pass, dst0, sstride);
+        } else {
+          const PagedRows pr{which == 0 ? p.k_pages + int64_t{blockIdx.z} * p.k_pps
+                                        : p.v_pages + int64_t{blockIdx.z} * p.v_pps,
+                             which == 0 ? p.k_sp : p.v_sp,
+                             static_cast<uint32_t>(which == 0 ? p.k_np : p.v_np)};
+          copy_tile_paged(c, base, stride, pr, p.div_page, static_cast<int>(key0), rows_valid, p.bk,
+                          pass, dst0, sstride, bad_input);
+        }
         continue;
       }
       // Contiguous: the whole tile is one run of rows `stride` apart. Paged: one run per page

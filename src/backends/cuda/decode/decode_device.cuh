@@ -139,6 +139,16 @@ constexpr bool int8_qk() {
   return uses_int8_qk(KT, VT, NR, KS);
 }
 
+// The CTAs per SM a kernel is compiled for (its launch bound: at most 65536 / (kThreads x CTAs)
+// registers): five for the int8 Q.K^T kernels, which fit them in 96 registers (the split count
+// takes the occupancy the runtime reports, prepare_decode), kCtasPerSm for the others. (Left to
+// chance, the int8 kernels went from 95 to 109 registers when the paged copy paths came in: four
+// CTAs.)
+template <KvType KT, KvType VT, int NR, bool KS>
+constexpr int min_ctas_per_sm() {
+  return int8_qk<KT, VT, NR, KS>() ? 5 : kCtasPerSm;
+}
+
 // The prologue's Q work, after Q's rows have been staged (as f32) in `qs`: rotated for turbo K,
 // scaled and packed into the MMA fragments (q_frag), and for q8_0 / q4_0 K with one n-tile the
 // query's bias terms per block and row (qc); stage 1 zeroed where the layout asks for it.

@@ -19,6 +19,7 @@
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/decode/decode_instances.hpp"
 #include "backends/cuda/decode/decode_plan.hpp"
+#include "backends/cuda/decode/decode_rules.hpp"
 
 namespace kvflash::cuda::decode {
 
@@ -31,10 +32,10 @@ bool encode_tile_map(TensorMapBytes& map, const KvTensor& kv, KvType type, int32
                      int32_t slot, int32_t box_rows, const AttentionProblem& p) {
   const std::optional<TmaTileView> view = tma_tile_view(kv, type, row_bytes, slot, p);
   if (!view) return false;
-  const uint64_t dims[3] = {static_cast<uint64_t>(view->extent),
-                            static_cast<uint64_t>(p.kv_capacity), static_cast<uint64_t>(p.n_seqs)};
+  const uint64_t dims[3] = {static_cast<uint64_t>(view->extent), static_cast<uint64_t>(view->rows),
+                            static_cast<uint64_t>(view->outer)};
   const uint64_t strides[2] = {static_cast<uint64_t>(kv.stride_token),
-                               static_cast<uint64_t>(view->seq_stride)};
+                               static_cast<uint64_t>(view->outer_stride)};
   const uint32_t box[3] = {static_cast<uint32_t>(slot), static_cast<uint32_t>(box_rows), 1};
   return encode_tensor_map_u8_3d(map, kv.data, dims, strides, box);
 }
@@ -140,6 +141,7 @@ void problem_params(DecodeParams& d, const AttentionProblem& p, const DecodeLayo
                     int32_t n_splits) {
   d.kv_capacity = p.kv_capacity;
   d.page_size = p.page_size;
+  if (p.page_size > 0) d.div_page = fast_div(p.page_size);
   d.window = p.window;
   d.scale = p.effective_scale();
   d.softcap = p.softcap;
@@ -190,7 +192,7 @@ void problem_params(DecodeParams& d, const AttentionProblem& p, const DecodeLayo
   // TMA tiles (where run() finds the tensors allow them): whole tiles as one box of bk rows, a
   // range's last partial tile as the step boxes its keys are in where that at least halves its
   // bytes (tile_box, tile_step_rows).
-  d.tma_box = tile_box(l);
+  d.tma_box = p.page_size > 0 ? kPagedTmaBox : tile_box(l);
   d.tma_step_rows = tile_step_rows(l);
 }
 
@@ -198,7 +200,14 @@ void plan_decode(Plan& plan) {
   const AttentionProblem& p = plan.problem;
   auto dp = std::make_shared<DecodePlan>();
   const DecodeLayout& l = dp->layout = decode_layout(p);
-  dp->instance = decode_instance(p.k_type, p.v_type, l.n_qtiles, l.k_split);
+  const DecodeInstance& inst = decode_instance(p.k_type, p.v_type, l.n_qtiles, l.k_split);
+  // Paged caches of float rows in pages shorter than a tile: the kernel twin that reads them
+  // (DecodeInstance::launch_paged). Pages of a tile or more take the contiguous kernel's general
+  // path, one run of rows per page (the twin's copy of them measured 0.93-0.96x at 4K-32K: f16,
+  // pages 64 and 256, 64-key tiles).
+  dp->instance = p.page_size > 0 && p.page_size < l.bk && inst.launch_paged != nullptr
+                     ? DecodeInstance{inst.prepare_paged, inst.launch_paged, nullptr, nullptr}
+                     : inst;
   int ctas = 1;
   if (dp->instance.prepare(l.smem_total, &ctas) != cudaSuccess || ctas < 1) ctas = 1;
   plan.n_threads = 1;
@@ -283,10 +292,15 @@ Status run_decode(const Plan& plan, const AttentionTensors& t, void* workspace, 
   // TMA tile copies where they apply: one instruction per tile instead of ~25 per thread and
   // tile (the cp.async loop and its setup were ~20% of the instructions executed for q4_0).
   // Their rows start after a lead (see DecodeParams), as with 16-byte copies of unaligned rows.
-  d.tma_k = encode_tile_map(d.k_map, t.k, p.k_type, l.k_row_bytes, l.sk_stride, l.bk, p) &&
-            encode_tile_map(d.k_step_map, t.k, p.k_type, l.k_row_bytes, l.sk_stride, d.tma_box, p);
-  d.tma_v = encode_tile_map(d.v_map, t.v, p.v_type, l.v_row_bytes, l.sv_stride, l.bk, p) &&
-            encode_tile_map(d.v_step_map, t.v, p.v_type, l.v_row_bytes, l.sv_stride, d.tma_box, p);
+  // Paged tensors: one map, of kPagedTmaBox-row boxes over the pool (k_map / v_map).
+  const bool paged = p.page_size > 0;
+  const int32_t tile_rows = paged ? kPagedTmaBox : l.bk;
+  d.tma_k = encode_tile_map(d.k_map, t.k, p.k_type, l.k_row_bytes, l.sk_stride, tile_rows, p) &&
+            (paged || encode_tile_map(d.k_step_map, t.k, p.k_type, l.k_row_bytes, l.sk_stride,
+                                      d.tma_box, p));
+  d.tma_v = encode_tile_map(d.v_map, t.v, p.v_type, l.v_row_bytes, l.sv_stride, tile_rows, p) &&
+            (paged || encode_tile_map(d.v_step_map, t.v, p.v_type, l.v_row_bytes, l.sv_stride,
+                                      d.tma_box, p));
   if (d.tma_k) d.k_unit = 16, d.k_lead16 = 1;
   if (d.tma_v) d.v_unit = 16, d.v_lead16 = 1;
   d.tma_bytes = (d.tma_k ? l.bk * l.sk_stride : 0) + (d.tma_v ? l.bk * l.sv_stride : 0);

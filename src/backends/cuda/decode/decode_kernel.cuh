@@ -114,10 +114,13 @@ __device__ __forceinline__ bool wait_tma_tile(const DecodeParams& p, uint64_t* b
 // NR: 1 for up to 8 query rows per KV head (S^T = K.Q^T, one N tile of 8 rows), else 2 (S =
 // Q.K^T with 16-row M tiles of query rows: two n-tiles' worth). KS (NR 1 only): K's dims split
 // between the warps of the V slices (head dims above 128), their partial scores exchanged.
-template <KvType KT, KvType VT, int NR, bool KS>
-__global__ void __launch_bounds__(kThreads, kCtasPerSm)
+// PR (float K and V only): the kernel for paged caches, whose tiles copy_tile_paged reads (the
+// others have no such code: in the contiguous float kernels it cost 5-9% at 4K-32K).
+template <KvType KT, KvType VT, int NR, bool KS, bool PR>
+__global__ void __launch_bounds__(kThreads, (min_ctas_per_sm<KT, VT, NR, KS>()))
     decode_kernel(const __grid_constant__ DecodeParams p) {
   constexpr bool kTma = tma_copyable(KT) || tma_copyable(VT);  // else no TMA code
+  static_assert(!PR || !kTma, "paged tiles of quantized rows go by TMA or the general path");
 
   extern __shared__ __align__(128) uint8_t smem[];  // TMA boxes land at 128-byte boundaries
   __shared__ float lut_k[16], lut_v[16];
@@ -188,19 +191,21 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   const uint8_t* v_base = p.v + seq * p.v_ss + kvh * p.v_sh;
 
   // The tile copies (decode_copy.cuh's TileIssue): issue_tile(p, key0, st).
-  const TileIssue<kTma> issue_tile{
-      stage_base,
-      k_base,
-      v_base,
-      tile_bar,
-      &bad_input,
-      k_hi,
-      k_tile_bytes,
-      kvh,
-      seq,
-      tid,
-      p.page_size == 0 && p.k_unit == 16 && p.div_k_units.d <= kThreads,
-      p.page_size == 0 && p.v_unit == 16 && p.div_v_units.d <= kThreads};
+  // Paged tensors in 16-byte units: copy_tile_paged (keys below 2^31) in the PR kernels; the
+  // others copy paged tiles by TMA or the general path.
+  const bool rows_fast = p.page_size == 0 || (PR && p.kv_capacity < (int64_t{1} << 31));
+  const TileIssue<kTma, PR> issue_tile{stage_base,
+                                       k_base,
+                                       v_base,
+                                       tile_bar,
+                                       &bad_input,
+                                       k_hi,
+                                       k_tile_bytes,
+                                       kvh,
+                                       seq,
+                                       tid,
+                                       rows_fast && p.k_unit == 16 && p.div_k_units.d <= kThreads,
+                                       rows_fast && p.v_unit == 16 && p.div_v_units.d <= kThreads};
   // Byte offset of a row's data inside its slot (the lead; zero for aligned 16- and 8-byte copies):
   // the row address & (U - 1) = (base + key * stride) & (U - 1) = (base & m + key * (stride & m))
   // & m, from per-CTA constants in 32-bit arithmetic. 16-byte leads have stride & 15 = 0 (the

@@ -11,21 +11,21 @@
 
 namespace kvflash::cuda::decode {
 
-template <KvType KT, KvType VT, int NR, bool KS>
+template <KvType KT, KvType VT, int NR, bool KS, bool PR>
 cudaError_t prepare_decode(size_t smem, int* ctas_per_sm) {
   cudaError_t e =
-      cudaFuncSetAttribute(decode_kernel<KT, VT, NR, KS>,
+      cudaFuncSetAttribute(decode_kernel<KT, VT, NR, KS, PR>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, decode_kernel<KT, VT, NR, KS>,
-                                                       kThreads, smem);
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      ctas_per_sm, decode_kernel<KT, VT, NR, KS, PR>, kThreads, smem);
 }
 
 // Programmatic (see the kernel's griddepcontrol.wait): back-to-back decode steps (the layers of a
 // model) overlap one grid's launch with the previous grid's tail.
-template <KvType KT, KvType VT, int NR, bool KS>
+template <KvType KT, KvType VT, int NR, bool KS, bool PR>
 void launch_decode(const DecodeParams& p, dim3 grid, size_t smem, cudaStream_t stream) {
-  launch_programmatic(decode_kernel<KT, VT, NR, KS>, p, grid, kThreads, smem, stream);
+  launch_programmatic(decode_kernel<KT, VT, NR, KS, PR>, p, grid, kThreads, smem, stream);
 }
 
 }  // namespace kvflash::cuda::decode

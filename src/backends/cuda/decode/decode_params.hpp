@@ -105,6 +105,7 @@ struct DecodeParams {
   FastDiv div_k_units, div_v_units;  // copy units per K / V row (see copy_rows)
   int32_t k_pass, v_pass;            // rows per pass of the tile copy: kThreads / units
   int64_t kv_capacity;  // a length outside 0 .. kv_capacity reads no key and gives NaN rows
+  FastDiv div_page;     // page_size (paged tensors: copy_tile_paged, the paged TMA boxes)
 };
 
 }  // namespace kvflash::cuda::decode

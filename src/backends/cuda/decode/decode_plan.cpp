@@ -166,9 +166,12 @@ size_t decode_workspace_bytes(const AttentionProblem& p, const DecodeLayout& l, 
          (static_cast<size_t>(l.dvc) + 2) * sizeof(float);
 }
 
+// TileIssue::tma_paged_tile issues a tile's boxes from the lanes of a half warp, one each.
+static_assert(kMaxTileKeys <= 16 * kPagedTmaBox);
+
 std::optional<TmaTileView> tma_tile_view(const KvTensor& kv, KvType type, int32_t row_bytes,
                                          int32_t slot, const AttentionProblem& p) {
-  if (p.page_size > 0 || !tma_copyable(type) || slot > 256) return std::nullopt;
+  if (!tma_copyable(type) || slot > 256) return std::nullopt;
   const auto addr = reinterpret_cast<uintptr_t>(kv.data);
   if (addr % 16 != 0 || kv.stride_token <= 0 || kv.stride_token % 16 != 0 || kv.stride_head < 0)
     return std::nullopt;
@@ -179,9 +182,19 @@ std::optional<TmaTileView> tma_tile_view(const KvTensor& kv, KvType type, int32_
     return std::nullopt;
   // The widest lead and the row (a sequence stride that is not a multiple of 16 fails below).
   if (widest_lead16(kv, p) + row_bytes > slot) return std::nullopt;
-  // One sequence: the sequence dimension is never stepped; any valid stride does.
-  v.seq_stride = p.n_seqs > 1 ? kv.stride_seq : kv.stride_token * p.kv_capacity;
-  if (v.seq_stride <= 0 || v.seq_stride % 16 != 0 || v.seq_stride >= (int64_t{1} << 40))
+  if (p.page_size > 0) {
+    if (p.page_size % kPagedTmaBox != 0 || p.window > 0 || kv.n_pages < 1 || kv.n_pages > INT32_MAX)
+      return std::nullopt;
+    v.rows = p.page_size;
+    v.outer = kv.n_pages;
+    v.outer_stride = kv.stride_page;
+  } else {
+    v.rows = p.kv_capacity;
+    v.outer = p.n_seqs;
+    // One sequence: the sequence dimension is never stepped; any valid stride does.
+    v.outer_stride = p.n_seqs > 1 ? kv.stride_seq : kv.stride_token * p.kv_capacity;
+  }
+  if (v.outer_stride <= 0 || v.outer_stride % 16 != 0 || v.outer_stride >= (int64_t{1} << 40))
     return std::nullopt;
   return v;
 }

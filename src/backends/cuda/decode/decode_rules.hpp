@@ -41,6 +41,10 @@ constexpr bool tma_copyable(KvType t) {
   return traits(t).block_values > 1;
 }
 
+// Rows of a paged tensor's TMA box: one 16-key step, so that no box crosses a page (pages of a
+// multiple of 16 tokens; tiles start at multiples of 16 keys where no window is set).
+inline constexpr int32_t kPagedTmaBox = 16;
+
 // q8_0 / q4_0 K with one query n-tile enter the MMAs as raw codes, their bias folded into the
 // accumulator's start: the query's bias terms per row and 32-dim block live after Q's fragments
 // (pack_q_fragments), and their per-chunk parts after the staged Q rows.

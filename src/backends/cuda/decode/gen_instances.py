@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the decode kernel's explicit instantiations: for each (K type, V type) pair its kernels
-for 1 and 2 query n-tiles and, for the K = V types of decode_rules.hpp's kKSplitTypes, the one-n-tile kernel that splits K
-between V slices (head dims above 128, decode_layout's k_split).
+for 1 and 2 query n-tiles and, for the K = V types of decode_rules.hpp's kKSplitTypes, the
+one-n-tile kernel that splits K between V slices (head dims above 128, decode_layout's k_split);
+pairs of two float types have a paged-cache twin of each (PR).
 
 DEFAULT_PAIRS below is the one list of the pairs that every CUDA build compiles. Two sets of
 files, CMake compiles one (src/backends/cuda/CMakeLists.txt):
@@ -60,11 +61,21 @@ def split_types():
 SPLIT = split_types()
 
 
+# Float rows (tma_copyable false in decode_rules.hpp): a pair of two has a twin of each kernel for
+# paged caches (PR, decode_kernel.cuh); the other pairs' kernels serve both layouts.
+FLOAT_TYPES = ["f32", "f16", "bf16"]
+if not set(FLOAT_TYPES) <= set(TYPES):
+    sys.exit(f"gen_instances.py: FLOAT_TYPES {FLOAT_TYPES} not all in KvType {TYPES}")
+
+
 def inst(k, v, nr, ks, extern=False):
     e = "extern " if extern else ""
-    a = f"KvType::{k}, KvType::{v}, {nr}, {'true' if ks else 'false'}"
-    return [f"{e}template cudaError_t prepare_decode<{a}>(size_t, int*);",
-            f"{e}template void launch_decode<{a}>(const DecodeParams&, dim3, size_t, cudaStream_t);"]
+    out = []
+    for pr in [False, True] if k in FLOAT_TYPES and v in FLOAT_TYPES else [False]:
+        a = f"KvType::{k}, KvType::{v}, {nr}, {'true' if ks else 'false'}" + (", true" if pr else "")
+        out += [f"{e}template cudaError_t prepare_decode<{a}>(size_t, int*);",
+                f"{e}template void launch_decode<{a}>(const DecodeParams&, dim3, size_t, cudaStream_t);"]
+    return out
 
 
 def pair_instances(k, v, extern=False):
@@ -130,13 +141,13 @@ def table_file():
                                         for nr in NQ) + "}" for v in TYPES)
         lines.append(f"    {{{row}}},")
     lines.append("};")
-    lines.append("// K split (one n-tile), by K = V type; {nullptr, nullptr} where there is none.")
+    lines.append("// K split (one n-tile), by K = V type; null where there is none.")
     lines.append(f"inline constexpr DecodeInstance kDecodeSplitInstances[{len(TYPES)}] = {{")
     for t in TYPES:
         if t in SPLIT:
             lines.append(f"    instance<KvType::{t}, KvType::{t}, 1, true>(),")
         else:
-            lines.append("    {nullptr, nullptr},")
+            lines.append("    {nullptr, nullptr, nullptr, nullptr},")
     lines += ["};", "// clang-format on", ""]
     return os.path.join("instances", "decode_table.inc"), "\n".join(lines)
 

@@ -6,8 +6,12 @@
 namespace kvflash::cuda::decode {
 template cudaError_t prepare_decode<KvType::f16, KvType::f16, 1, true>(size_t, int*);
 template void launch_decode<KvType::f16, KvType::f16, 1, true>(const DecodeParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_decode<KvType::f16, KvType::f16, 1, true, true>(size_t, int*);
+template void launch_decode<KvType::f16, KvType::f16, 1, true, true>(const DecodeParams&, dim3, size_t, cudaStream_t);
 template cudaError_t prepare_decode<KvType::bf16, KvType::bf16, 1, true>(size_t, int*);
 template void launch_decode<KvType::bf16, KvType::bf16, 1, true>(const DecodeParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_decode<KvType::bf16, KvType::bf16, 1, true, true>(size_t, int*);
+template void launch_decode<KvType::bf16, KvType::bf16, 1, true, true>(const DecodeParams&, dim3, size_t, cudaStream_t);
 template cudaError_t prepare_decode<KvType::q8_0, KvType::q8_0, 1, true>(size_t, int*);
 template void launch_decode<KvType::q8_0, KvType::q8_0, 1, true>(const DecodeParams&, dim3, size_t, cudaStream_t);
 template cudaError_t prepare_decode<KvType::q4_0, KvType::q4_0, 1, true>(size_t, int*);
