@@ -20,7 +20,7 @@ template <KvType KT, KvType VT, int NR, bool KS>
 constexpr DecodeInstance instance() {
   if constexpr (!pair_built(KT, VT, KVFLASH_CUDA_ALL_PAIRS != 0))
     return {nullptr, nullptr, nullptr, nullptr};
-  else if constexpr (!tma_copyable(KT) && !tma_copyable(VT))
+  else if constexpr (has_paged_twin(KT, VT))
     return {prepare_decode<KT, VT, NR, KS>, launch_decode<KT, VT, NR, KS>,
             prepare_decode<KT, VT, NR, KS, true>, launch_decode<KT, VT, NR, KS, true>};
   else

@@ -234,37 +234,44 @@ struct TileIssue {
       tma_load_3d(ks + b * p.tma_box * sstride, step_map, x, key + b * p.tma_box, seq, bar);
   }
 
+  // One lane's box of a paged tensor (kWhich 0: K, 1: V; see tma_paged_tile).
+  template <int kWhich>
+  __device__ __forceinline__ void tma_paged_boxes(const DecodeParams& p, uint8_t* ks, int key0,
+                                                  int n_box, uint64_t* bar) const {
+    const int b = tid & 15;  // n_box <= 16: bk <= kMaxTileKeys (decode_plan.cpp)
+    if (b >= n_box) return;
+    const int32_t* table =
+        kWhich == 0 ? p.k_pages + int64_t{seq} * p.k_pps : p.v_pages + int64_t{seq} * p.v_pps;
+    const int key = key0 + b * kPagedTmaBox;
+    const int page = fdiv(key, p.div_page);
+    int32_t slot = __ldg(table + page);
+    if (static_cast<uint32_t>(slot) >= static_cast<uint32_t>(kWhich == 0 ? p.k_np : p.v_np)) {
+      atomicOr(bad_input, 1);
+      slot = 0;
+    }
+    const int sstride = kWhich == 0 ? p.sk_stride : p.sv_stride;
+    const int x = (kvh * static_cast<int>(kWhich == 0 ? p.k_sh : p.v_sh)) & ~15;
+    fence_proxy_async();  // this thread's copy after the stage's reads (see operator())
+    tma_load_3d(ks + (kWhich == 0 ? 0 : k_tile_bytes) + b * kPagedTmaBox * sstride,
+                kWhich == 0 ? &p.k_map : &p.v_map, x, key - page * p.page_size, slot, bar);
+  }
+
   // A paged tensor's tile by TMA: one kPagedTmaBox-row box per 16-key step that holds a key of
   // the range (no box crosses a page, tma_tile_view), its page found in the sequence's table by
   // the lane that issues it: lanes 0-15 of warp 0 K's boxes, 16-31 V's, so that the table loads
-  // overlap. (A loop over more boxes per lane made the two-n-tile kernels spill.) Lane 0 sets the
-  // transaction count of all of them (a copy may complete before: the count may go below zero
-  // until then, and the phase completes only after that arrival). A page number outside 0 ..
-  // n_pages - 1 reads page 0 and sets *bad_input (the epilogue writes NaN).
+  // overlap. (A loop over more boxes per lane, or one body for both tensors with their
+  // parameters selected by lane, made two-n-tile kernels spill.) Lane 0 sets the transaction
+  // count of all of them (a copy may complete before: the count may go below zero until then,
+  // and the phase completes only after that arrival). A page number outside 0 .. n_pages - 1
+  // reads page 0 and sets *bad_input (the epilogue writes NaN).
   __device__ __forceinline__ void tma_paged_tile(const DecodeParams& p, uint8_t* ks, int key0,
                                                  int rows_valid, uint64_t* bar) const {
     const int n_box = (rows_valid + kPagedTmaBox - 1) / kPagedTmaBox;
     if (tid == 0) mbar_arrive_expect_tx(bar, static_cast<uint32_t>(n_box * p.tma_step_bytes));
-    const int which = tid >> 4;
-    if (!(which == 0 ? p.tma_k : p.tma_v)) return;
-    const int32_t* table = which == 0 ? p.k_pages + int64_t{blockIdx.z} * p.k_pps
-                                      : p.v_pages + int64_t{blockIdx.z} * p.v_pps;
-    const auto n_pages = static_cast<uint32_t>(which == 0 ? p.k_np : p.v_np);
-    const int sstride = which == 0 ? p.sk_stride : p.sv_stride;
-    const int x = (kvh * static_cast<int>(which == 0 ? p.k_sh : p.v_sh)) & ~15;
-    uint8_t* dst = ks + (which == 0 ? 0 : k_tile_bytes);
-    const TensorMapBytes* map = which == 0 ? &p.k_map : &p.v_map;
-    const int b = tid & 15;  // n_box <= 16: bk <= kMaxTileKeys (decode_plan.cpp)
-    if (b < n_box) {
-      const int key = key0 + b * kPagedTmaBox;
-      const int page = fdiv(key, p.div_page);
-      int32_t slot = __ldg(table + page);
-      if (static_cast<uint32_t>(slot) >= n_pages) {
-        atomicOr(bad_input, 1);
-        slot = 0;
-      }
-      fence_proxy_async();  // this thread's copy after the stage's reads (see operator())
-      tma_load_3d(dst + b * kPagedTmaBox * sstride, map, x, key - page * p.page_size, slot, bar);
+    if (tid < 16) {
+      if (p.tma_k) tma_paged_boxes<0>(p, ks, key0, n_box, bar);
+    } else if (p.tma_v) {
+      tma_paged_boxes<1>(p, ks, key0, n_box, bar);
     }
   }
 

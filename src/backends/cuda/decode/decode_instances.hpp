@@ -15,8 +15,8 @@ struct DecodeInstance {
   // Raises the kernel's dynamic shared-memory limit and reports CTAs per SM at that size.
   cudaError_t (*prepare)(size_t smem, int* ctas_per_sm);
   void (*launch)(const DecodeParams& p, dim3 grid, size_t smem, cudaStream_t stream);
-  // The twin for paged caches (float K and V: decode_kernel's PR); null for the other pairs,
-  // whose kernels serve both layouts.
+  // The twin for paged caches (has_paged_twin: f16 / bf16 K and V, decode_kernel's PR); null for
+  // the other pairs, whose kernels serve both layouts.
   cudaError_t (*prepare_paged)(size_t smem, int* ctas_per_sm);
   void (*launch_paged)(const DecodeParams& p, dim3 grid, size_t smem, cudaStream_t stream);
 };

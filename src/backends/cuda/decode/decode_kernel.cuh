@@ -114,13 +114,14 @@ __device__ __forceinline__ bool wait_tma_tile(const DecodeParams& p, uint64_t* b
 // NR: 1 for up to 8 query rows per KV head (S^T = K.Q^T, one N tile of 8 rows), else 2 (S =
 // Q.K^T with 16-row M tiles of query rows: two n-tiles' worth). KS (NR 1 only): K's dims split
 // between the warps of the V slices (head dims above 128), their partial scores exchanged.
-// PR (float K and V only): the kernel for paged caches, whose tiles copy_tile_paged reads (the
-// others have no such code: in the contiguous float kernels it cost 5-9% at 4K-32K).
+// PR (has_paged_twin pairs: f16 / bf16 K and V): the kernel for paged caches whose pages are
+// shorter than a tile, read by copy_tile_paged (the others have no such code: in the contiguous
+// float kernels it cost 5-9% at 4K-32K).
 template <KvType KT, KvType VT, int NR, bool KS, bool PR>
 __global__ void __launch_bounds__(kThreads, (min_ctas_per_sm<KT, VT, NR, KS>()))
     decode_kernel(const __grid_constant__ DecodeParams p) {
   constexpr bool kTma = tma_copyable(KT) || tma_copyable(VT);  // else no TMA code
-  static_assert(!PR || !kTma, "paged tiles of quantized rows go by TMA or the general path");
+  static_assert(!PR || (has_paged_twin(KT, VT) && !kTma), "PR: the float pairs' paged twins");
 
   extern __shared__ __align__(128) uint8_t smem[];  // TMA boxes land at 128-byte boundaries
   __shared__ float lut_k[16], lut_v[16];

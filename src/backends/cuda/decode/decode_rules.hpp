@@ -25,6 +25,21 @@ inline constexpr KvType kKSplitTypes[] = {
     KvType::turbo2, KvType::turbo3, KvType::turbo4,
 };
 
+// The types whose K/V pairs have a paged-cache twin of each kernel (decode_kernel's PR: float
+// rows of pages shorter than a tile, copy_tile_paged): both K and V in this list. (f32's
+// two-n-tile twin spilled registers: f32 pages take the general path.) gen_instances.py reads this
+// list to write those instances (keep it one line).
+inline constexpr KvType kPagedTwinTypes[] = {KvType::f16, KvType::bf16};
+
+constexpr bool has_paged_twin(KvType k, KvType v) {
+  bool kin = false, vin = false;
+  for (KvType t : kPagedTwinTypes) {
+    kin = kin || t == k;
+    vin = vin || t == v;
+  }
+  return kin && vin;
+}
+
 // Whether the build has a K-split kernel for this (K, V) pair (it may still be outside a trimmed
 // build: pair_built).
 constexpr bool has_k_split_kernel(KvType k, KvType v) {

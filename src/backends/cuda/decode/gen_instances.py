@@ -2,7 +2,7 @@
 """Writes the decode kernel's explicit instantiations: for each (K type, V type) pair its kernels
 for 1 and 2 query n-tiles and, for the K = V types of decode_rules.hpp's kKSplitTypes, the
 one-n-tile kernel that splits K between V slices (head dims above 128, decode_layout's k_split);
-pairs of two float types have a paged-cache twin of each (PR).
+the pairs of kPagedTwinTypes have a paged-cache twin of each (PR).
 
 DEFAULT_PAIRS below is the one list of the pairs that every CUDA build compiles. Two sets of
 files, CMake compiles one (src/backends/cuda/CMakeLists.txt):
@@ -61,17 +61,24 @@ def split_types():
 SPLIT = split_types()
 
 
-# Float rows (tma_copyable false in decode_rules.hpp): a pair of two has a twin of each kernel for
-# paged caches (PR, decode_kernel.cuh); the other pairs' kernels serve both layouts.
-FLOAT_TYPES = ["f32", "f16", "bf16"]
-if not set(FLOAT_TYPES) <= set(TYPES):
-    sys.exit(f"gen_instances.py: FLOAT_TYPES {FLOAT_TYPES} not all in KvType {TYPES}")
+def twin_types():
+    """The types whose pairs have a paged-cache twin of each kernel (PR, decode_kernel.cuh):
+    decode_rules.hpp's kPagedTwinTypes (has_paged_twin), read so that the list exists once."""
+    text = open(os.path.join(HERE, "decode_rules.hpp")).read()
+    m = re.search(r"kPagedTwinTypes\[\] = \{(.*?)\};", text, re.S)
+    types = re.findall(r"KvType::(\w+)", m.group(1)) if m else []
+    if not types or any(t not in TYPES for t in types):
+        sys.exit("gen_instances.py: kPagedTwinTypes missing or bad in decode_rules.hpp")
+    return types
+
+
+TWIN = twin_types()
 
 
 def inst(k, v, nr, ks, extern=False):
     e = "extern " if extern else ""
     out = []
-    for pr in [False, True] if k in FLOAT_TYPES and v in FLOAT_TYPES else [False]:
+    for pr in [False, True] if k in TWIN and v in TWIN else [False]:
         a = f"KvType::{k}, KvType::{v}, {nr}, {'true' if ks else 'false'}" + (", true" if pr else "")
         out += [f"{e}template cudaError_t prepare_decode<{a}>(size_t, int*);",
                 f"{e}template void launch_decode<{a}>(const DecodeParams&, dim3, size_t, cudaStream_t);"]
