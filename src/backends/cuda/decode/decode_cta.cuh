@@ -63,6 +63,14 @@ constexpr bool q_in_registers() {
 // Q's operands: the fragments in shared memory (frag), the bias terms or the int8 rows' steps
 // (qc), the first four blocks' fragments in registers (ra, rb: q_in_registers) and the steps of
 // the lane's rows 2t, 2t + 1 (step: int8 Q.K^T).
+// Q's shared memory in the prologue: the staged rows (f32, rotated in place for turbo K), the MMA
+// fragments pack_q_fragments writes, and the bias terms or int8 steps per row (qc).
+struct QStage {
+  float* qs;
+  uint4* frag;
+  float* qc;
+};
+
 struct QOperands {
   const uint4* frag;
   const float* qc;

@@ -15,6 +15,7 @@
 #include "backends/cuda/common/kv_values.hpp"
 #include "backends/cuda/common/mma.cuh"
 #include "backends/cuda/common/turbo_rotate.cuh"
+#include "backends/cuda/decode/decode_cta.cuh"
 #include "backends/cuda/decode/decode_params.hpp"
 #include "backends/cuda/decode/decode_rules.hpp"
 #include "kvflash/turbo.hpp"
@@ -158,10 +159,13 @@ constexpr int min_ctas_per_sm() {
 // value of one unit of the planes times one unit of K's operand: scale and kS8Unit included) at
 // qc[row].
 template <KvType KT, int NR, bool kS8 = false>
-__device__ __forceinline__ void pack_q_fragments(const DecodeParams& p, float* qs, uint4* q_frag,
-                                                 float* qc, uint8_t* stage_base, int tid, int lane,
-                                                 int warp, const uint32_t* sign_words,
-                                                 int rows_here) {
+__device__ __forceinline__ void pack_q_fragments(const DecodeParams& p, const CtaCoords& cta,
+                                                 const QStage& q, uint8_t* stage_base,
+                                                 const uint32_t* sign_words) {
+  const int tid = cta.tid, lane = cta.lane, warp = cta.warp, rows_here = cta.rows_here;
+  float* const qs = q.qs;
+  uint4* const q_frag = q.frag;
+  float* const qc = q.qc;
   constexpr bool kBfK = KT == KvType::bf16;
   // Q rows (rotated for turbo K) as f32, then scaled and packed into fragments.
   cp_async_wait<1>();  // Q's group: tile 0 may still be in flight

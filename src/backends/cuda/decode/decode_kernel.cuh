@@ -259,8 +259,9 @@ __global__ void __launch_bounds__(kThreads, (min_ctas_per_sm<KT, VT, NR, KS>()))
   if (n_tiles > 0) issue_tile(p, k_lo, 0);
   KVFLASH_TL(tl_cta, 2);
   cp_async_commit();
-  pack_q_fragments<KT, NR, kS8K>(p, qs, q_frag, qc, stage_base, tid, lane, warp, sign_words,
-                                 rows_here);
+  const CtaCoords cta{tid, lane, warp,   g,   t,   kg,    mt,   ds,
+                      nt,  dv0,  active, seq, kvh, split, row0, rows_here};
+  pack_q_fragments<KT, NR, kS8K>(p, cta, QStage{qs, q_frag, qc}, stage_base, sign_words);
   [[maybe_unused]] float q_step[2] = {0.0f, 0.0f};  // kS8K: the steps of rows 2t, 2t + 1
   if constexpr (kS8K) {
     q_step[0] = qc[2 * (lane & 3)];
@@ -301,8 +302,6 @@ __global__ void __launch_bounds__(kThreads, (min_ctas_per_sm<KT, VT, NR, KS>()))
   // the lane the running maximum and sum (RunState).
   RunState<NR> rs;
   rs.init();
-  const CtaCoords cta{tid, lane, warp,   g,   t,   kg,    mt,   ds,
-                      nt,  dv0,  active, seq, kvh, split, row0, rows_here};
   [[maybe_unused]] const RowSlots slots{k_slot, v_slot0, v_slot1};
   [[maybe_unused]] const Codebooks<KT, VT> books{tlut_k, tlut_v, lut_k, lut_v};
 
