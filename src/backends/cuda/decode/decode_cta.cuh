@@ -28,15 +28,25 @@ struct KeyRange {
   int64_t len, k_lo, k_hi;
 };
 
+// Whether keys j_first .. j_last are all in the range and visible to every query row (the last
+// row hides the oldest keys from the window, the first row the newest from causality), with
+// nothing added to their scores (plain). Decided per tile (which step code runs: kMayHide) and,
+// in a tile that may hide keys, per 16-key step (whether the step masks anything).
+__device__ __forceinline__ bool keys_visible(const DecodeParams& p, const KeyRange& range,
+                                             int64_t j_first, int64_t j_last, bool plain) {
+  return plain && j_last < range.k_hi && (!p.causal || j_last <= range.len - p.n_q_tokens) &&
+         (p.window == 0 || range.len - 1 - j_first < p.window);
+}
+
 // One 16-key step's view of the stage: the K and V tiles, the step s in the tile (keys j0 ..
-// j0 + 15), whether every key of the tile is visible to every row (tile_visible) and nothing is
-// added to the scores (plain).
+// j0 + 15), and whether nothing is added to the scores (plain: no mask, ALiBi or soft cap).
+// (Whether the tile may hide a key from a row is the steps' template argument kMayHide.)
 struct StepTiles {
   const uint8_t* ks;
   const uint8_t* vs;
   int s;
   int64_t j0;
-  bool tile_visible, plain;
+  bool plain;
 };
 
 // The byte offsets of a lane's K row and V rows from a step's first slot (decode_kernel).

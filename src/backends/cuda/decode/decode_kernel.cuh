@@ -335,13 +335,13 @@ __global__ void __launch_bounds__(kThreads, (min_ctas_per_sm<KT, VT, NR, KS>()))
     const uint8_t* ks = kst;
     const uint8_t* vs = ks + k_tile_bytes;
     // Every key of the tile visible to every row, nothing to add to the scores: the usual case,
-    // decided once per tile rather than per 16 keys.
+    // decided once per tile. Such tiles run steps compiled without the visibility code and the
+    // hidden-key masks of P.V (kMayHide false): with both in one step, the masks' code (never run
+    // there) cost turbo2-4 at 1M 5-7% on an H100 (docs/cuda-decode.md).
     const bool plain = !p.has_mask && !p.has_alibi && p.softcap == 0.0f;
-    const bool tile_visible = plain && tile_key0 + p.bk <= k_hi &&
-                              (!p.causal || tile_key0 + p.bk - 1 <= len - p.n_q_tokens) &&
-                              (p.window == 0 || len - 1 - tile_key0 < p.window);
-
-    if (active) {
+    const bool tile_visible = keys_visible(p, range, tile_key0, tile_key0 + p.bk - 1, plain);
+    const auto steps_of_tile = [&](auto may_hide) {
+      constexpr bool kMayHide = decltype(may_hide)::value;
       for (int s = kg; s < steps; s += p.n_kgroups) {
         const int64_t j0 = tile_key0 + 16 * s;
         if (j0 >= k_hi) {
@@ -359,15 +359,24 @@ __global__ void __launch_bounds__(kThreads, (min_ctas_per_sm<KT, VT, NR, KS>()))
 
         if constexpr (NR == 1) {
           // Up to 8 query rows per KV head: keys as the M dimension (decode_step_keys.cuh).
-          keys_as_m_step<KT, VT, KS>(p, rs, cta, StepTiles{ks, vs, s, j0, tile_visible, plain},
-                                     QOperands{q_frag, qc, qra, qrb, q_step}, slots, range, books,
-                                     xchg);
+          keys_as_m_step<KT, VT, KS, kMayHide>(p, rs, cta, StepTiles{ks, vs, s, j0, plain},
+                                               QOperands{q_frag, qc, qra, qrb, q_step}, slots,
+                                               range, books, xchg);
         } else {
           // 9+ query rows per KV head: rows as the M dimension (decode_step_rows.cuh).
-          rows_as_m_step<KT, VT>(p, rs, cta, StepTiles{ks, vs, s, j0, tile_visible, plain}, q_frag,
-                                 slots, range, books);
+          rows_as_m_step<KT, VT, kMayHide>(p, rs, cta, StepTiles{ks, vs, s, j0, plain}, q_frag,
+                                           slots, range, books);
         }
       }
+    };
+    // (f32 V: every tile on the masked step, as before: with both step codes the f16 and bf16 K
+    // kernels with two n-tiles spilled, 4-8 bytes.)
+    constexpr bool kPeel = VT != KvType::f32;
+    if (active) {
+      if (kPeel && tile_visible)
+        steps_of_tile(std::false_type{});
+      else
+        steps_of_tile(std::true_type{});
     }
     __syncthreads();  // every warp is done with this stage before it is refilled
   }

@@ -13,7 +13,7 @@
 
 namespace kvflash::cuda::decode {
 
-template <KvType KT, KvType VT, bool KS>
+template <KvType KT, KvType VT, bool KS, bool kMayHide>
 __device__ __forceinline__ void keys_as_m_step(const DecodeParams& p, RunState<1>& rs,
                                                const CtaCoords& c, const StepTiles& stp,
                                                const QOperands& q, const RowSlots& slots,
@@ -29,7 +29,7 @@ __device__ __forceinline__ void keys_as_m_step(const DecodeParams& p, RunState<1
   const uint8_t *ks = stp.ks, *vs = stp.vs;
   const int s = stp.s;
   const int64_t j0 = stp.j0, k_hi = range.k_hi, len = range.len;
-  const bool tile_visible = stp.tile_visible, plain = stp.plain;
+  const bool plain = stp.plain;
   const int v_slot0 = slots.v_slot0, v_slot1 = slots.v_slot1;
   const int lane = c.lane, g = c.g, t = c.t, kg = c.kg, mt = c.mt, ds = c.ds, nt = c.nt,
             dv0 = c.dv0, row0 = c.row0, kvh = c.kvh, seq = c.seq;
@@ -219,9 +219,7 @@ __device__ __forceinline__ void keys_as_m_step(const DecodeParams& p, RunState<1
     xchg.parity ^= 1;
   }
   // Soft cap, ALiBi, mask, visibility; then the online softmax per query row.
-  const bool all_visible =
-      tile_visible || (plain && j0 + 15 < k_hi && (!p.causal || j0 + 15 <= len - p.n_q_tokens) &&
-                       (p.window == 0 || len - 1 - j0 < p.window));
+  const bool all_visible = !kMayHide || keys_visible(p, range, j0, j0 + 15, plain);
   if (!all_visible) {
 #pragma unroll
     for (int r = 0; r < NR; ++r)
@@ -320,7 +318,8 @@ __device__ __forceinline__ void keys_as_m_step(const DecodeParams& p, RunState<1
     vrow[kk] = vs + (16 * s + 8 * (kk >> 1)) * p.sv_stride + ((kk & 1) ? v_slot1 : v_slot0);
   // keep01 / keep23: AND masks of the keys some row weighs (weighed_keys), so that the V (and
   // turbo norm) of a key no row weighs never enters O. Called with constants where every key is
-  // visible: the ANDs fold away there, so the tiles that hide nothing pay nothing.
+  // visible: the ANDs fold away there (and in the tiles that hide nothing, kMayHide false, the
+  // masked body is not compiled at all).
   const auto p_dot_v = [&](uint32_t keep01, uint32_t keep23) {
     uint32_t sv0 = 0, sv1 = 0;
     const auto pv = [&](int i, uint32_t b0, uint32_t b1) {

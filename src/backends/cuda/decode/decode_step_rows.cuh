@@ -12,7 +12,7 @@
 
 namespace kvflash::cuda::decode {
 
-template <KvType KT, KvType VT>
+template <KvType KT, KvType VT, bool kMayHide>
 __device__ __forceinline__ void rows_as_m_step(const DecodeParams& p, RunState<2>& rs,
                                                const CtaCoords& c, const StepTiles& st,
                                                const uint4* q_frag, const RowSlots& slots,
@@ -21,7 +21,7 @@ __device__ __forceinline__ void rows_as_m_step(const DecodeParams& p, RunState<2
   const uint8_t *ks = st.ks, *vs = st.vs;
   const int s = st.s;
   const int64_t j0 = st.j0, k_hi = range.k_hi, len = range.len;
-  const bool tile_visible = st.tile_visible, plain = st.plain;
+  const bool plain = st.plain;
   const int k_slot = slots.k_slot, v_slot0 = slots.v_slot0, v_slot1 = slots.v_slot1;
   const int row0 = c.row0, mt = c.mt, kvh = c.kvh, seq = c.seq, lane = c.lane, g = c.g, t = c.t,
             nt = c.nt, dv0 = c.dv0, ds = c.ds;
@@ -103,9 +103,7 @@ __device__ __forceinline__ void rows_as_m_step(const DecodeParams& p, RunState<2
     }
 
   // Soft cap, ALiBi, mask, visibility; then the online softmax per row.
-  const bool all_visible =
-      tile_visible || (plain && j0 + 15 < k_hi && (!p.causal || j0 + 15 <= len - p.n_q_tokens) &&
-                       (p.window == 0 || len - 1 - j0 < p.window));
+  const bool all_visible = !kMayHide || keys_visible(p, range, j0, j0 + 15, plain);
   if (!all_visible) {
     int64_t pos[2];
     int tok_row[2];
@@ -197,7 +195,8 @@ __device__ __forceinline__ void rows_as_m_step(const DecodeParams& p, RunState<2
     vrow[kk] = vs + (16 * s + 8 * (kk >> 1)) * p.sv_stride + ((kk & 1) ? v_slot1 : v_slot0);
   // keep01 / keep23: AND masks of the keys some row weighs (weighed_keys), so that the V (and
   // turbo norm) of a key no row weighs never enters O. Called with constants where every key is
-  // visible: the ANDs fold away there, so the tiles that hide nothing pay nothing.
+  // visible: the ANDs fold away there (and in the tiles that hide nothing, kMayHide false, the
+  // masked body is not compiled at all).
   const auto p_dot_v = [&](uint32_t keep01, uint32_t keep23) {
     v_operands<VT>(
         vrow, nt, dv0, g, ds, tlut_v, lut_v,
