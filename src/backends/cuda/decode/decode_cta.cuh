@@ -70,9 +70,6 @@ constexpr bool q_in_registers() {
   return NR == 1 && !KS && KT != KvType::q8_0 && KT != KvType::q4_0;
 }
 
-// Q's operands: the fragments in shared memory (frag), the bias terms or the int8 rows' steps
-// (qc), the first four blocks' fragments in registers (ra, rb: q_in_registers) and the steps of
-// the lane's rows 2t, 2t + 1 (step: int8 Q.K^T).
 // Q's shared memory in the prologue: the staged rows (f32, rotated in place for turbo K), the MMA
 // fragments pack_q_fragments writes, and the bias terms or int8 steps per row (qc).
 struct QStage {
@@ -81,6 +78,9 @@ struct QStage {
   float* qc;
 };
 
+// Q's operands: the fragments in shared memory (frag), the bias terms or the int8 rows' steps
+// (qc), the first four blocks' fragments in registers (ra, rb: q_in_registers) and the steps of
+// the lane's rows 2t, 2t + 1 (step: int8 Q.K^T).
 struct QOperands {
   const uint4* frag;
   const float* qc;
