@@ -45,7 +45,14 @@ TEST(CudaPrefillLayout, RegionsAreAlignedDisjointAndFitTheDevice) {
         const int64_t v_tile = swizzled_bytes(kTileKeys, l.dv_bucket);
         std::vector<Region> r = {{l.q_off, l.q_off + swizzled_bytes(l.block_rows, l.dv_bucket)}};
         std::vector<int64_t> operand_tiles = {l.q_off};
-        for (int s = 0; s < kStages; ++s) {
+        // Two stages for the kernel with its threads' copies; direct K and V as many as fit for
+        // the TMA kernel's ring.
+        EXPECT_GE(l.n_stages, kStages);
+        EXPECT_LE(l.n_stages, kMaxTmaStages);
+        if (l.k_mode != TileMode::direct || l.v_mode != TileMode::direct) {
+          EXPECT_EQ(l.n_stages, kStages);
+        }
+        for (int s = 0; s < l.n_stages; ++s) {
           const int64_t base = int64_t{s} * l.stage_bytes;
           const auto staged = [&](TileMode mode, int64_t op_tile, int32_t slot, int32_t data,
                                   int32_t lead) {
@@ -96,6 +103,68 @@ TEST(CudaPrefillLayout, RegionsAreAlignedDisjointAndFitTheDevice) {
       }
     }
   }
+}
+
+// The TMA kernel's view of a direct tensor: boxes of one 64-dim atom (128 bytes) from the head's
+// row, whole tiles of a contiguous tensor, page-sized (a divisor of the tile) for a paged one;
+// nothing where TMA cannot describe the tensor.
+TEST(CudaPrefillTma, ViewDescribesTheTensorOrNothing) {
+  AttentionProblem p = problem(KvType::f16, KvType::f16, {128, 128});
+  p.n_kv_heads = 8;
+  p.n_seqs = 2;
+  p.kv_capacity = 4096;
+  PrefillTmaTensor t;
+  t.data = 0x10000;
+  t.stride_head = 256;
+  t.stride_token = 8 * 256;
+  t.stride_seq = t.stride_token * 4096;
+  PrefillTmaView v;
+  ASSERT_TRUE(prefill_tma_view(t, 256, p, v));
+  EXPECT_EQ(v.extent, 8 * 256);
+  EXPECT_EQ(v.rows, 4096);
+  EXPECT_EQ(v.outer, 2);
+  EXPECT_EQ(v.outer_stride, t.stride_seq);
+  EXPECT_EQ(v.box_rows, kTileKeys);
+  // A window: still whole tiles (a contiguous box starts at any key).
+  p.window = 100;
+  EXPECT_TRUE(prefill_tma_view(t, 256, p, v));
+  p.window = 0;
+  // Strides and addresses TMA cannot take.
+  for (const auto& bad : std::vector<PrefillTmaTensor>{
+           {0x10008, 2048, 256, 2048 * 4096, 0, 0},      // data not 16-byte aligned
+           {0x10000, 2056, 256, 2056 * 4096, 0, 0},      // token stride
+           {0x10000, 2048, 264, 2048 * 4096, 0, 0},      // head stride (heads past the token row)
+           {0x10000, 2048, 256, 2048 * 4096 + 8, 0, 0},  // sequence stride
+           {0x10000, 256, 4096 * 256, 256, 0, 0}}) {     // heads outside one token's row
+    EXPECT_FALSE(prefill_tma_view(bad, 256, p, v)) << bad.stride_token << " " << bad.stride_head;
+  }
+  // Paged: boxes of the largest of 64, 32, 16 rows that divides the page; no window.
+  p.page_size = 16;
+  t.stride_page = t.stride_token * 16;
+  t.n_pages = 100;
+  for (const auto& [page, box] : std::vector<std::pair<int32_t, int32_t>>{
+           {16, 16}, {32, 32}, {48, 16}, {64, 64}, {128, 64}, {256, 64}}) {
+    p.page_size = page;
+    t.stride_page = t.stride_token * page;
+    ASSERT_TRUE(prefill_tma_view(t, 256, p, v)) << page;
+    EXPECT_EQ(v.box_rows, box) << page;
+    EXPECT_EQ(v.rows, page);
+    EXPECT_EQ(v.outer, 100);
+    EXPECT_EQ(v.outer_stride, t.stride_page);
+    EXPECT_EQ(kTileKeys % v.box_rows, 0);
+  }
+  p.page_size = 8;
+  EXPECT_FALSE(prefill_tma_view(t, 256, p, v));
+  p.page_size = 64;
+  p.window = 100;
+  EXPECT_FALSE(prefill_tma_view(t, 256, p, v));
+  p.window = 0;
+  t.n_pages = 0;
+  EXPECT_FALSE(prefill_tma_view(t, 256, p, v));
+  t.n_pages = 100;
+  p.page_size = 0;
+  p.kv_capacity = int64_t{1} << 31;
+  EXPECT_FALSE(prefill_tma_view(t, 256, p, v));
 }
 
 TEST(CudaPrefillLayout, SwizzledTilesPlaceEveryValueOnceAndSpreadBanks) {

@@ -307,6 +307,13 @@ std::vector<PrefillCase> paged_cases() {
       c.lens = {1000, 517};
       out.push_back(c);
     }
+  // f16 through the TMA kernel's other box sizes: 32-row boxes, and 64-row boxes in larger pages.
+  for (const int32_t page : {32, 128}) {
+    PrefillCase c;
+    c.page_size = page;
+    c.lens = {1000, 517};
+    out.push_back(c);
+  }
   PrefillCase all;  // every feature through a page table
   all.page_size = 16;
   all.mask = all.sinks = all.alibi = true;

@@ -14,9 +14,12 @@ struct alignas(64) TensorMapBytes {
 };
 
 // A map of a 3-D uint8 tensor (dims[0] innermost, in bytes; strides in bytes of dims 1 and 2)
-// copied in boxes of box[0] x box[1] x box[2], no swizzle, L2 promotion of 256 bytes, zeros out
-// of bounds. False where the driver offers no encoder or rejects the description.
+// copied in boxes of box[0] x box[1] x box[2], L2 promotion of 256 bytes, zeros out of bounds;
+// rows land as they are, or with swizzle128 in the 128-byte swizzle of the warpgroup MMA's
+// operand tiles (box[0] then 128 bytes: one 64-column atom of 16-bit values; the destination
+// 1024-byte aligned). False where the driver offers no encoder or rejects the description.
 bool encode_tensor_map_u8_3d(TensorMapBytes& map, const void* data, const uint64_t (&dims)[3],
-                             const uint64_t (&strides)[2], const uint32_t (&box)[3]);
+                             const uint64_t (&strides)[2], const uint32_t (&box)[3],
+                             bool swizzle128 = false);
 
 }  // namespace kvflash::cuda

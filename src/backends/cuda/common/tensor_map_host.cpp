@@ -25,7 +25,8 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 }  // namespace
 
 bool encode_tensor_map_u8_3d(TensorMapBytes& map, const void* data, const uint64_t (&dims)[3],
-                             const uint64_t (&strides)[2], const uint32_t (&box)[3]) {
+                             const uint64_t (&strides)[2], const uint32_t (&box)[3],
+                             bool swizzle128) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return false;
   const cuuint64_t d[3] = {dims[0], dims[1], dims[2]};
@@ -35,7 +36,8 @@ bool encode_tensor_map_u8_3d(TensorMapBytes& map, const void* data, const uint64
   static_assert(sizeof(TensorMapBytes) == sizeof(CUtensorMap));
   return encode(reinterpret_cast<CUtensorMap*>(&map), CU_TENSOR_MAP_DATA_TYPE_UINT8, 3,
                 const_cast<void*>(data), d, st, b, steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 

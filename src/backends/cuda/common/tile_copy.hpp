@@ -28,6 +28,15 @@ struct CopyMode {
 Expected<CopyMode> copy_mode(const char* which, const KvTensor& kv, KvType type, int32_t row_bytes,
                              int32_t slot_bytes, const AttentionProblem& p);
 
+// The bytes of copy unit u (`unit` bytes each, the first starting `lead` bytes before the row)
+// that hold the row's data: the rest of the unit is zero-filled, never read, as the last unit
+// of the tensor's last row would reach past its end.
+KVFLASH_HD constexpr int32_t unit_bytes_in_row(int32_t lead, int32_t row_bytes, int32_t unit,
+                                               int32_t u) {
+  const int32_t left = lead + row_bytes - u * unit;
+  return left < 0 ? 0 : (left > unit ? unit : left);
+}
+
 // What every CUDA kernel family asks of the tensors (its KernelCandidate::check_tensors, after
 // the family's plan check): lengths on the device, and K / V layouts that the tile copies can
 // read (copy_mode) into slots of k_slot / v_slot bytes. `family` names the kernel in the message.

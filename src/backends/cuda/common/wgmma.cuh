@@ -52,6 +52,22 @@ __device__ __forceinline__ void wgmma_wait() {
 #endif
 }
 
+// Warp specialization: a warpgroup gives registers back (a producer that only issues copies) or
+// takes them (the MMA warpgroups), all its threads together; the kernel's launch bound sets the
+// pool (its threads x its per-thread count) that the warpgroups' new counts share.
+template <int kRegs>
+__device__ __forceinline__ void warpgroup_regs_dec() {
+#ifndef KVFLASH_WGMMA_TRAP
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+template <int kRegs>
+__device__ __forceinline__ void warpgroup_regs_inc() {
+#ifndef KVFLASH_WGMMA_TRAP
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+
 // D (64 x N, f32) = A (64 x 16) . B (N x 16)^T (+ D when accumulate), A and B K-major tiles in
 // shared memory (descriptors).
 template <int N, bool kBf16>

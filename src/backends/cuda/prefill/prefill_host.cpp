@@ -7,12 +7,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "backends/cuda/common/device_info.hpp"
+#include "backends/cuda/common/tensor_map.hpp"
 #include "backends/cuda/common/tile_copy.hpp"
 #include "backends/cuda/common/type_pairs.hpp"
 #include "backends/cuda/cuda_backend.hpp"
@@ -105,6 +107,7 @@ void problem_params(PrefillParams& d, const AttentionProblem& p, const PrefillLa
   d.v_dec_off = l.v_dec_off;
   d.scratch_off = l.scratch_off;
   d.out_stride = l.out_stride;
+  d.n_stages = l.n_stages;
   d.scale = p.effective_scale();
   d.scale_log2 = d.scale * kStateLog2e;
   d.softcap = p.softcap;
@@ -163,8 +166,31 @@ Status check_prefill_tensors(const Plan& plan, const AttentionTensors& t) {
                               slot_of(l, false));
 }
 
-TileCopy tile_copy(const KvTensor& kv, const CopyMode& m, const AttentionProblem& p) {
+// The map of a direct tensor's TMA boxes (PrefillTmaView); false where TMA cannot describe it.
+bool encode_prefill_map(TensorMapBytes& map, const KvTensor& kv, int32_t row_bytes,
+                        const AttentionProblem& p, int32_t& box_rows) {
+  PrefillTmaTensor t;
+  t.data = reinterpret_cast<uintptr_t>(kv.data);
+  t.stride_token = kv.stride_token;
+  t.stride_head = kv.stride_head;
+  t.stride_seq = kv.stride_seq;
+  t.stride_page = kv.stride_page;
+  t.n_pages = kv.n_pages;
+  PrefillTmaView v;
+  if (!prefill_tma_view(t, row_bytes, p, v)) return false;
+  box_rows = v.box_rows;
+  const uint64_t dims[3] = {static_cast<uint64_t>(v.extent), static_cast<uint64_t>(v.rows),
+                            static_cast<uint64_t>(v.outer)};
+  const uint64_t strides[2] = {static_cast<uint64_t>(kv.stride_token),
+                               static_cast<uint64_t>(v.outer_stride)};
+  const uint32_t box[3] = {128, static_cast<uint32_t>(v.box_rows), 1};
+  return encode_tensor_map_u8_3d(map, kv.data, dims, strides, box, true);
+}
+
+TileCopy tile_copy(const KvTensor& kv, const CopyMode& m, int32_t row_bytes,
+                   const AttentionProblem& p) {
   TileCopy c{};
+  c.row_bytes = row_bytes;
   c.base = static_cast<const uint8_t*>(kv.data);
   c.st = kv.stride_token;
   c.sh = kv.stride_head;
@@ -202,8 +228,18 @@ Status run_prefill(const Plan& plan, const AttentionTensors& t, void* workspace,
   d.lse = t.lse;
   d.mask_stride = t.mask_stride;
   d.q_vec4 = reinterpret_cast<uintptr_t>(t.q) % 16 == 0;
-  d.k = tile_copy(t.k, *copy_mode("k", t.k, p.k_type, l.k_row_bytes, slot_of(l, true), p), p);
-  d.v = tile_copy(t.v, *copy_mode("v", t.v, p.v_type, l.v_row_bytes, slot_of(l, false), p), p);
+  d.k = tile_copy(t.k, *copy_mode("k", t.k, p.k_type, l.k_row_bytes, slot_of(l, true), p),
+                  l.k_row_bytes, p);
+  d.v = tile_copy(t.v, *copy_mode("v", t.v, p.v_type, l.v_row_bytes, slot_of(l, false), p),
+                  l.v_row_bytes, p);
+  // Direct K and V that TMA describes run the TMA kernel (launch_prefill picks it by d.tma;
+  // KVFLASH_PREFILL_NO_TMA set: never, for A/B runs).
+  static const bool no_tma = std::getenv("KVFLASH_PREFILL_NO_TMA") != nullptr;
+  int32_t k_box = 0, v_box = 0;
+  d.tma = l.k_mode == TileMode::direct && l.v_mode == TileMode::direct && !no_tma &&
+          encode_prefill_map(d.k_map, t.k, l.k_row_bytes, p, k_box) &&
+          encode_prefill_map(d.v_map, t.v, l.v_row_bytes, p, v_box) && k_box == v_box;
+  d.tma_box_rows = k_box;
   auto stream = static_cast<cudaStream_t>(stream_ptr);
   pp.instance.launch(d, pp.grid, l.smem_total, stream);
   if (cudaError_t e = cudaPeekAtLastError(); e != cudaSuccess)

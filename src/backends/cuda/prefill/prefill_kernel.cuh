@@ -28,6 +28,7 @@
 #include "backends/cuda/common/kv_frags.hpp"
 #include "backends/cuda/common/kv_values.hpp"
 #include "backends/cuda/common/mma.cuh"
+#include "backends/cuda/common/tile_copy.hpp"
 #include "backends/cuda/common/turbo_rotate.cuh"
 #include "backends/cuda/common/wgmma.cuh"
 #include "backends/cuda/prefill/prefill_params.hpp"
@@ -71,7 +72,8 @@ __device__ __forceinline__ const uint8_t* tile_row(const PrefillParams& p, const
 
 // Copies keys [k0, k0 + kTileKeys) of one tensor (rows past the range's end zero-filled) into a
 // stage: direct tensors straight into the swizzled operand tile (16-byte copies: one chunk
-// each), raw ones into their slots (`stride` bytes apart) with each row's lead byte.
+// each), raw ones into their slots (`stride` bytes apart) with each row's lead byte. Only the
+// row's bytes are read (unit_bytes_in_row; the rest of a slot's last unit is zero-filled).
 template <TileMode kMode>
 __device__ __forceinline__ void issue_tile(const PrefillParams& p, const TileCopy& c, uint8_t* dst,
                                            uint8_t* leads, int stride, const PrefillCta& cta,
@@ -82,10 +84,10 @@ __device__ __forceinline__ void issue_tile(const PrefillParams& p, const TileCop
     const bool valid = k0 + r < cta.keys.hi;
     const uint8_t* row = tile_row(p, c, cta, k0 + r, valid, bad_input);
     const int lead = static_cast<int>(reinterpret_cast<uintptr_t>(row) & c.lead_mask);
-    const uint8_t* src = valid ? row - lead + u * c.unit : c.base;
+    const int n = valid ? unit_bytes_in_row(lead, c.row_bytes, c.unit, u) : 0;
+    const uint8_t* src = n > 0 ? row - lead + u * c.unit : c.base;
     uint8_t* d = kMode == TileMode::direct ? dst + swizzled_offset(r, (u * c.unit) >> 1, kTileKeys)
                                            : dst + r * stride + u * c.unit;
-    const int n = valid ? c.unit : 0;
     if (c.unit == 16) {
       cp_async<16>(d, src, n);
     } else if (c.unit == 8) {
@@ -362,14 +364,28 @@ __device__ __forceinline__ void pv_tile(float (&o)[kMT][kVt][4], const uint4 (&p
   wgmma_wait<0>();
 }
 
+// The MMA warps' own barrier (all of the CTA in prefill_kernel; the TMA kernel's producer
+// warpgroup never joins it).
+inline constexpr int kMmaBarrier = 1;
+__device__ __forceinline__ void mma_warps_sync() {
+  named_barrier(kMmaBarrier, kThreads);
+}
+
+// The marks of zero_hidden_v: two sets, used by alternate calls (`call`: the CTA's count of them),
+// so that the set a call reads is never cleared while a faster warp already marks the next call's.
+struct WeighedMarks {
+  uint32_t bits[2][2];
+};
+
 // Keys of the tile that no row of the CTA weighs (masked for all, outside the window or the
 // range) get their V rows zeroed in the operand tile, so that whatever those rows hold (NaN or
 // inf in an engine's unused cells) enters O as 0 * 0, not 0 * V; the P.V product reads V for all
 // 64 rows of a warpgroup at once, so a key hidden from some rows and visible to others is that
-// call's data, as in any MMA kernel. CTA-wide (two barriers): only tiles that may hide keys.
+// call's data, as in any MMA kernel. Across the MMA warps (two barriers): only tiles that may hide
+// keys.
 template <int kMT>
 __device__ __forceinline__ void zero_hidden_v(const uint4 (&pa)[kMT][4], uint8_t* sv, int v_atoms,
-                                              uint32_t* weighed, int tid, int lane) {
+                                              WeighedMarks& marks, int call, int tid, int lane) {
   // Lane (g, t) holds keys 16 kc + 2 t (+1) in .x / .y (rows g, g + 8), + 8 in .z / .w.
   uint32_t lo = 0, hi = 0;  // keys 0..31, 32..63
 #pragma unroll
@@ -391,165 +407,117 @@ __device__ __forceinline__ void zero_hidden_v(const uint4 (&pa)[kMT][4], uint8_t
   }
   lo = __reduce_or_sync(0xffffffffu, lo);
   hi = __reduce_or_sync(0xffffffffu, hi);
+  uint32_t* const mine = marks.bits[call & 1];
   if (lane == 0) {
-    atomicOr(&weighed[0], lo);
-    atomicOr(&weighed[1], hi);
+    atomicOr(&mine[0], lo);
+    atomicOr(&mine[1], hi);
   }
-  __syncthreads();
-  const uint64_t keep = uint64_t{weighed[1]} << 32 | weighed[0];
-  // Each hidden key's row: its v_atoms x 8 chunks of 16 bytes (8 dims each).
-  for (int i = tid; i < kTileKeys * v_atoms * 8; i += blockDim.x) {
+  mma_warps_sync();
+  // Every MMA warp read the other set in the previous call (before this barrier) and marks it
+  // again only in the next call (after the one below): it is cleared here.
+  if (tid == 0) marks.bits[(call + 1) & 1][0] = marks.bits[(call + 1) & 1][1] = 0u;
+  const uint64_t keep = uint64_t{mine[1]} << 32 | mine[0];
+  // Each hidden key's row: its v_atoms x 8 chunks of 16 bytes (8 dims each). (Not unrolled: at
+  // the register bound of the quantized kernels that spilled.)
+#pragma unroll 1
+  for (int i = tid; i < kTileKeys * v_atoms * 8; i += kThreads) {
     const int key = i / (v_atoms * 8), chunk = i - key * v_atoms * 8;
     if ((keep >> key) & 1) continue;
     *reinterpret_cast<uint4*>(sv + swizzled_offset(key, 8 * chunk, kTileKeys)) =
         make_uint4(0u, 0u, 0u, 0u);
   }
   fence_proxy_async();
-  __syncthreads();
-  if (tid == 0) weighed[0] = weighed[1] = 0u;  // the next tile's marks start after its barriers
+  mma_warps_sync();
 }
 
 // ---------------------------------------------------------------------------------------------
-// The kernel
+// The kernels' common parts
 
-// DVB: the instance's V dims (128 or 256), the accumulators' size; the head dims themselves are
-// parameters. Each warp owns kMT = m_tiles(DVB) M tiles of 16 rows.
-template <KvType KT, KvType VT, int DVB>
-__global__ void __launch_bounds__(kThreads, 1)
-    prefill_kernel(const __grid_constant__ PrefillParams p) {
-  constexpr TileMode kModeK = tile_mode(KT), kModeV = tile_mode(VT);
-  constexpr bool kBf16K = KT == KvType::bf16, kBf16V = VT == KvType::bf16;
-  constexpr int kVt = DVB / 8;       // n-tiles of 8 V dims
-  constexpr int kMT = m_tiles(DVB);  // M tiles per warp
-  constexpr int kRows = block_rows(DVB), kWarpRows = 16 * kMT;
-
-  extern __shared__ __align__(128) uint8_t smem_raw[];
-  __shared__ uint32_t sign_words[4];
-  __shared__ uint32_t weighed[2];  // zero_hidden_v's marks
-  __shared__ int bad_input;
-  // The layout's regions from a kSwizzleAlign boundary (smem_total has the slack).
-  uint8_t* const smem = smem_raw + ((kSwizzleAlign - (smem_addr(smem_raw) & (kSwizzleAlign - 1))) &
-                                    (kSwizzleAlign - 1));
-
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
-  const int g = lane >> 2, t = lane & 3;
-
-  PrefillCta cta;
+// The CTA's coordinates and key range from its block index; false where it has no work (rows
+// past its sequence's queries, or ragged offsets that break the rules: nothing read or written).
+__device__ __forceinline__ bool prefill_cta(const PrefillParams& p, int rows, PrefillCta& cta) {
   cta.seq = blockIdx.z;
   cta.kvh = blockIdx.y;
   // Heaviest row blocks first (with causal masking the last rows see the most keys); the splits
   // of a row block side by side.
   const int block = fdiv(static_cast<int>(blockIdx.x), p.div_splits);
   const int split = static_cast<int>(blockIdx.x) - block * p.n_splits;
-  cta.row0 = (p.n_row_blocks - 1 - block) * kRows;
+  cta.row0 = (p.n_row_blocks - 1 - block) * rows;
   const SeqQueries sq_info = seq_queries(p.q_offsets, cta.seq, p.n_seqs, p.n_q_tokens);
   cta.q_row0 = sq_info.row0;
   cta.q_len = sq_info.len;
-  // Rows past this sequence's queries (ragged: fewer than n_q_tokens), or offsets that break the
-  // rules (nothing read, nothing written): the CTA has no work.
-  if (!sq_info.ok || cta.row0 >= cta.q_len * p.group) return;
-  cta.row_end = min(cta.row0 + kRows, cta.q_len * p.group);
+  if (!sq_info.ok || cta.row0 >= cta.q_len * p.group) return false;
+  cta.row_end = min(cta.row0 + rows, cta.q_len * p.group);
   cta.len = p.kv_lens[cta.seq];
   cta.first_q = cta.len - cta.q_len;
   cta.keys = prefill_split_range(prefill_key_range(cta.len, p.kv_capacity, cta.q_len, p.group,
                                                    p.causal, p.window, cta.row0, cta.row_end),
                                  split, p.n_splits);
-  if (tid < 4) sign_words[tid] = sign_word(tid);
-  if (tid == 0) bad_input = cta.len < 0 || cta.len > p.kv_capacity;
-  if (tid == 0) weighed[0] = weighed[1] = 0u;
-  __syncthreads();
+  return true;
+}
 
-  uint8_t* const sq = smem + p.q_off;
-  const auto stage = [&](int s) { return smem + s * p.stage_bytes; };
-  const int64_t n_tiles = (cta.keys.hi - cta.keys.lo + kTileKeys - 1) / kTileKeys;
-  const auto issue = [&](int64_t j) {
-    uint8_t* st = stage(static_cast<int>(j & 1));
-    const int64_t k0 = cta.keys.lo + j * kTileKeys;
-    if constexpr (kModeK != TileMode::convert)
-      issue_tile<kModeK>(p, p.k, st + p.k_stage_off, st + p.k_lead_off, p.k_slot, cta, k0, tid,
-                         &bad_input);
-    if constexpr (kModeV != TileMode::convert)
-      issue_tile<kModeV>(p, p.v, st + p.v_stage_off, st + p.v_lead_off, p.v_slot, cta, k0, tid,
-                         &bad_input);
-    cp_async_commit();
-  };
-  if (n_tiles > 0) issue(0);
-  stage_q<KT, kRows, DVB>(p, cta, sq, reinterpret_cast<float*>(smem + p.scratch_off) + warp * 128,
-                          sign_words, tid);
-
-  // The lane's rows: row g + 8 r of the warp's 16 in block m.
-  int rr[kMT][2];
-#pragma unroll
-  for (int m = 0; m < kMT; ++m)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) rr[m][r] = cta.row0 + warp_row<kMT>(warp, 16 * m + g + 8 * r);
-  const int64_t pq_lo = cta.first_q + cta.row0 / p.group;
-  const int64_t pq_hi = cta.first_q + (cta.row_end - 1) / p.group;
-
+// A lane's rows and their softmax state: the accumulators o (storage domain), the running maxima
+// (base 2) and sums, for row g + 8 r of the warp's 16 in each of its kMT blocks.
+template <int kMT, int kVt>
+struct LaneRows {
+  int row[kMT][2];  // the rows (CTA's row0 included)
   float o[kMT][kVt][4];
-#pragma unroll
-  for (int m = 0; m < kMT; ++m)
-#pragma unroll
-    for (int d = 0; d < kVt; ++d) o[m][d][0] = o[m][d][1] = o[m][d][2] = o[m][d][3] = 0.0f;
-  float mx[kMT][2], l[kMT][2];
-#pragma unroll
-  for (int m = 0; m < kMT; ++m)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      mx[m][r] = -std::numeric_limits<float>::infinity();
-      l[m][r] = 0.0f;
-    }
-  const uint32_t sq_addr = smem_addr(sq);
-  constexpr int kVAtoms = DVB / 64;
+  float m[kMT][2], l[kMT][2];
 
-  for (int64_t j = 0; j < n_tiles; ++j) {
-    cp_async_wait<0>();
-    fence_proxy_async();  // the copies (and Q's staging) before the tensor cores read them
-    __syncthreads();      // tile j landed for all; every warp is done with tile j - 1
-    if (j + 1 < n_tiles) issue(j + 1);
-    uint8_t* st = stage(static_cast<int>(j & 1));
-    const int64_t k0 = cta.keys.lo + j * kTileKeys;
-    if constexpr (kModeK == TileMode::raw)
-      decode_tile<KT>(st + p.k_stage_off, st + p.k_lead_off, p.k_slot, smem + p.k_dec_off, p.dkc,
-                      p.k_div_items, tid);
-    if constexpr (kModeK == TileMode::convert)
-      convert_tile(p, p.k, cta, k0, smem + p.k_dec_off, p.dkc, p.k_div_items, tid, &bad_input);
-    if constexpr (kModeV == TileMode::raw)
-      decode_tile<VT>(st + p.v_stage_off, st + p.v_lead_off, p.v_slot, smem + p.v_dec_off, p.dvc,
-                      p.v_div_items, tid);
-    if constexpr (kModeV == TileMode::convert)
-      convert_tile(p, p.v, cta, k0, smem + p.v_dec_off, p.dvc, p.v_div_items, tid, &bad_input);
-    if constexpr (kModeK != TileMode::direct || kModeV != TileMode::direct) {
-      fence_proxy_async();
-      __syncthreads();
-    }
-    const uint8_t* sk = kModeK == TileMode::direct ? st + p.k_stage_off : smem + p.k_dec_off;
-    uint8_t* sv = kModeV == TileMode::direct ? st + p.v_stage_off : smem + p.v_dec_off;
-
-    const bool masked = prefill_tile_needs_mask(k0, cta.keys.hi, p.causal, p.window, pq_lo, pq_hi);
-    uint4 pa[kMT][4];
-    {
-      float s[kMT][8][4];
-      qk_tile<kBf16K, kMT, DVB>(s, sq_addr, smem_addr(sk), kRows, p.dkc, wg);
+  __device__ __forceinline__ void init(const PrefillCta& cta, int warp, int g) {
 #pragma unroll
-      for (int m = 0; m < kMT; ++m) {
-        score_tile(p, cta, s[m], rr[m], k0, masked, t);
-        softmax_tile<kVt>(s[m], mx[m], l[m], o[m]);
-        pack_p<kBf16V>(pa[m], s[m]);
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        row[mt][r] = cta.row0 + warp_row<kMT>(warp, 16 * mt + g + 8 * r);
+        m[mt][r] = -std::numeric_limits<float>::infinity();
+        l[mt][r] = 0.0f;
       }
-    }
-    if (masked || p.has_mask) zero_hidden_v<kMT>(pa, sv, kVAtoms, weighed, tid, lane);
-    pv_tile<kBf16V, kMT, kVt>(o, pa, smem_addr(sv));
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int d = 0; d < kVt; ++d) o[mt][d][0] = o[mt][d][1] = o[mt][d][2] = o[mt][d][3] = 0.0f;
   }
+};
 
-  // Epilogue: each row's state finalized (sinks, empty rows), the outputs staged in shared memory
-  // per warp (rotated back for turbo V), then written row by row. A split CTA (n_splits > 1)
-  // instead writes its rows' partial states (PrefillParts) the same way: o as accumulated
-  // (storage domain, not rotated), m in natural-log units and l beside it, for
-  // prefill_merge_kernel. Bad input: NaN in out and lse (in o and l of a partial state, so that
-  // the merged row is NaN too).
-  __syncthreads();  // everyone is done with the tiles; bad_input is final
-  const bool bad = bad_input != 0, partial = p.n_splits > 1;
+// One tile's S = Q.K^T, scores, online softmax and O += P.V for a warpgroup's rows (sk, sv: the
+// tile's operand tiles); V rows of keys no row weighs zeroed first where the tile may hide keys
+// (`hidden_calls` counts zero_hidden_v's calls).
+template <KvType KT, KvType VT, int DVB>
+__device__ __forceinline__ void attend_tile(const PrefillParams& p, const PrefillCta& cta,
+                                            LaneRows<m_tiles(DVB), DVB / 8>& st, uint32_t sq_addr,
+                                            const uint8_t* sk, uint8_t* sv, int64_t k0, bool masked,
+                                            WeighedMarks& marks, int& hidden_calls, int tid) {
+  constexpr int kMT = m_tiles(DVB), kVt = DVB / 8;
+  const int lane = tid & 31, wg = tid >> 7, t = lane & 3;
+  uint4 pa[kMT][4];
+  {
+    float s[kMT][8][4];
+    qk_tile<KT == KvType::bf16, kMT, DVB>(s, sq_addr, smem_addr(sk), block_rows(DVB), p.dkc, wg);
+#pragma unroll
+    for (int m = 0; m < kMT; ++m) {
+      score_tile(p, cta, s[m], st.row[m], k0, masked, t);
+      softmax_tile<kVt>(s[m], st.m[m], st.l[m], st.o[m]);
+      pack_p<VT == KvType::bf16>(pa[m], s[m]);
+    }
+  }
+  if (masked || p.has_mask) zero_hidden_v<kMT>(pa, sv, DVB / 64, marks, hidden_calls++, tid, lane);
+  pv_tile<VT == KvType::bf16, kMT, kVt>(st.o, pa, smem_addr(sv));
+}
+
+// Epilogue (the MMA warps, after a barrier of theirs: the tiles are done, bad_input is final):
+// each row's state finalized (sinks, empty rows), the outputs staged in shared memory per warp
+// (rotated back for turbo V), then written row by row. A split CTA (n_splits > 1) instead writes
+// its rows' partial states (PrefillParts) the same way: o as accumulated (storage domain, not
+// rotated), m in natural-log units and l beside it, for prefill_merge_kernel. Bad input: NaN in
+// out and lse (in o and l of a partial state, so that the merged row is NaN too).
+template <KvType VT, int DVB>
+__device__ __forceinline__ void write_rows(const PrefillParams& p, const PrefillCta& cta,
+                                           const LaneRows<m_tiles(DVB), DVB / 8>& st, bool bad,
+                                           uint8_t* smem, const uint32_t* sign_words, int tid) {
+  constexpr int kMT = m_tiles(DVB), kVt = DVB / 8, kWarpRows = 16 * kMT;
+  const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const bool partial = p.n_splits > 1;
   const float nan = __int_as_float(0x7fc00000);
   float* so = reinterpret_cast<float*>(smem) + warp * kWarpRows * p.out_stride;
   // The CTA's partial-state slot (split worked out again from blockIdx: a register held through
@@ -561,26 +529,26 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int m = 0; m < kMT; ++m) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float lr = l[m][r];
+      float lr = st.l[m][r];
       lr += __shfl_xor_sync(0xffffffffu, lr, 1);
       lr += __shfl_xor_sync(0xffffffffu, lr, 2);
-      const int row = rr[m][r], tok = fdiv(row, p.div_group);
+      const int row = st.row[m][r], tok = fdiv(row, p.div_group);
       const int qh = cta.kvh * p.group + row - tok * p.group;
       const bool valid = row < cta.row_end;
       const StateFinal fin = partial ? StateFinal{1.0f, 0.0f}
-                                     : state_final_exp2(mx[m][r] / kStateLog2e, lr, p.has_sinks,
+                                     : state_final_exp2(st.m[m][r] / kStateLog2e, lr, p.has_sinks,
                                                         p.has_sinks && valid ? p.sinks[qh] : 0.0f);
       float* orow = so + (16 * m + g + 8 * r) * p.out_stride;
 #pragma unroll
       for (int d = 0; d < kVt; ++d) {
         if (8 * d < p.dvc)
           *reinterpret_cast<float2*>(orow + 8 * d + 2 * t) =
-              make_float2(o[m][d][2 * r] * fin.scale, o[m][d][2 * r + 1] * fin.scale);
+              make_float2(st.o[m][d][2 * r] * fin.scale, st.o[m][d][2 * r + 1] * fin.scale);
       }
       if (t == 0 && valid) {
         if (partial) {
           float* ml = p.part + p.parts.ml_at(slot, row);
-          ml[0] = mx[m][r] / kStateLog2e;
+          ml[0] = st.m[m][r] / kStateLog2e;
           ml[1] = bad ? nan : lr;
         } else if (p.lse != nullptr) {
           p.lse[(cta.q_row0 + tok) * p.n_q_heads + qh] = bad ? nan : fin.lse;
@@ -608,14 +576,240 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-// The instance's entry points (prefill.cu's table).
+// The dynamic shared memory from a kSwizzleAlign boundary (smem_total has the slack).
+__device__ __forceinline__ uint8_t* aligned_smem(uint8_t* raw) {
+  return raw + ((kSwizzleAlign - (smem_addr(raw) & (kSwizzleAlign - 1))) & (kSwizzleAlign - 1));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The kernel with its threads' copies (every type; cp.async, or converted f32 rows)
+
+// DVB: the instance's V dims (128 or 256), the accumulators' size; the head dims themselves are
+// parameters. Each warp owns kMT = m_tiles(DVB) M tiles of 16 rows.
+template <KvType KT, KvType VT, int DVB>
+__global__ void __launch_bounds__(kThreads, 1)
+    prefill_kernel(const __grid_constant__ PrefillParams p) {
+  constexpr TileMode kModeK = tile_mode(KT), kModeV = tile_mode(VT);
+  constexpr int kMT = m_tiles(DVB), kRows = block_rows(DVB);
+
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  __shared__ uint32_t sign_words[4];
+  __shared__ WeighedMarks marks;  // zero_hidden_v's
+  __shared__ int bad_input;
+  uint8_t* const smem = aligned_smem(smem_raw);
+  const int tid = threadIdx.x, warp = tid >> 5, g = (tid & 31) >> 2;
+
+  PrefillCta cta;
+  if (!prefill_cta(p, kRows, cta)) return;
+  if (tid < 4) sign_words[tid] = sign_word(tid);
+  if (tid == 0) bad_input = cta.len < 0 || cta.len > p.kv_capacity;
+  if (tid < 4) marks.bits[tid >> 1][tid & 1] = 0u;
+  __syncthreads();
+
+  uint8_t* const sq = smem + p.q_off;
+  const auto stage = [&](int s) { return smem + s * p.stage_bytes; };
+  const int64_t n_tiles = (cta.keys.hi - cta.keys.lo + kTileKeys - 1) / kTileKeys;
+  const auto issue = [&](int64_t j) {
+    uint8_t* st = stage(static_cast<int>(j & 1));
+    const int64_t k0 = cta.keys.lo + j * kTileKeys;
+    if constexpr (kModeK != TileMode::convert)
+      issue_tile<kModeK>(p, p.k, st + p.k_stage_off, st + p.k_lead_off, p.k_slot, cta, k0, tid,
+                         &bad_input);
+    if constexpr (kModeV != TileMode::convert)
+      issue_tile<kModeV>(p, p.v, st + p.v_stage_off, st + p.v_lead_off, p.v_slot, cta, k0, tid,
+                         &bad_input);
+    cp_async_commit();
+  };
+  if (n_tiles > 0) issue(0);
+  stage_q<KT, kRows, DVB>(p, cta, sq, reinterpret_cast<float*>(smem + p.scratch_off) + warp * 128,
+                          sign_words, tid);
+
+  LaneRows<kMT, DVB / 8> rows;
+  rows.init(cta, warp, g);
+  const int64_t pq_lo = cta.first_q + cta.row0 / p.group;
+  const int64_t pq_hi = cta.first_q + (cta.row_end - 1) / p.group;
+  const uint32_t sq_addr = smem_addr(sq);
+  int hidden_calls = 0;
+
+  for (int64_t j = 0; j < n_tiles; ++j) {
+    cp_async_wait<0>();
+    fence_proxy_async();  // the copies (and Q's staging) before the tensor cores read them
+    __syncthreads();      // tile j landed for all; every warp is done with tile j - 1
+    if (j + 1 < n_tiles) issue(j + 1);
+    uint8_t* st = stage(static_cast<int>(j & 1));
+    const int64_t k0 = cta.keys.lo + j * kTileKeys;
+    if constexpr (kModeK == TileMode::raw)
+      decode_tile<KT>(st + p.k_stage_off, st + p.k_lead_off, p.k_slot, smem + p.k_dec_off, p.dkc,
+                      p.k_div_items, tid);
+    if constexpr (kModeK == TileMode::convert)
+      convert_tile(p, p.k, cta, k0, smem + p.k_dec_off, p.dkc, p.k_div_items, tid, &bad_input);
+    if constexpr (kModeV == TileMode::raw)
+      decode_tile<VT>(st + p.v_stage_off, st + p.v_lead_off, p.v_slot, smem + p.v_dec_off, p.dvc,
+                      p.v_div_items, tid);
+    if constexpr (kModeV == TileMode::convert)
+      convert_tile(p, p.v, cta, k0, smem + p.v_dec_off, p.dvc, p.v_div_items, tid, &bad_input);
+    if constexpr (kModeK != TileMode::direct || kModeV != TileMode::direct) {
+      fence_proxy_async();
+      __syncthreads();
+    }
+    const uint8_t* sk = kModeK == TileMode::direct ? st + p.k_stage_off : smem + p.k_dec_off;
+    uint8_t* sv = kModeV == TileMode::direct ? st + p.v_stage_off : smem + p.v_dec_off;
+    const bool masked = prefill_tile_needs_mask(k0, cta.keys.hi, p.causal, p.window, pq_lo, pq_hi);
+    attend_tile<KT, VT, DVB>(p, cta, rows, sq_addr, sk, sv, k0, masked, marks, hidden_calls, tid);
+  }
+  __syncthreads();  // everyone is done with the tiles; bad_input is final
+  write_rows<VT, DVB>(p, cta, rows, bad_input != 0, smem, sign_words, tid);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The TMA kernel (f16 / bf16 K and V that prefill_tma_view describes)
+
+// The producer: one thread issues each tile's boxes into the ring's next stage once the MMA
+// warps released it (empty), the bytes counted on the stage's full barrier. Boxes wholly past
+// the range's end are not loaded (a paged table need not hold their pages): the stage keeps older
+// rows there, which the tile's visibility test and hidden-key zeroing keep out of O. A page
+// table entry outside the pool is read as page 0 and flagged.
+__device__ __forceinline__ void produce_tiles(const PrefillParams& p, const PrefillCta& cta,
+                                              int64_t n_tiles, uint8_t* smem, uint64_t* full,
+                                              uint64_t* empty, int* bad_input) {
+  const int k_atoms = (p.dkc + 63) / 64, v_atoms = (p.dvc + 63) / 64, br = p.tma_box_rows;
+  const int k_x = cta.kvh * static_cast<int>(p.k.sh), v_x = cta.kvh * static_cast<int>(p.v.sh);
+  bool bad = false;  // (a register: the table's loads of a tile need not wait on a flag store)
+  const auto page_of = [&](const TileCopy& c, int64_t key) {
+    const int32_t page = __ldg(c.pages + int64_t{cta.seq} * c.pps + key / p.page_size);
+    const bool outside = page < 0 || page >= c.n_pages;
+    bad |= outside;
+    return outside ? 0 : page;
+  };
+  int s = 0;
+  uint32_t phase = 0;
+  for (int64_t j = 0; j < n_tiles; ++j) {
+    if (j >= p.n_stages) mbar_wait(&empty[s], phase ^ 1u);
+    uint8_t* const st = smem + s * p.stage_bytes;
+    const int64_t k0 = cta.keys.lo + j * kTileKeys;
+    const int64_t end = min(k0 + kTileKeys, cta.keys.hi);
+    const int n_boxes = static_cast<int>((end - k0 + br - 1) / br);
+    int row[kTileKeys / 16], k_outer[kTileKeys / 16], v_outer[kTileKeys / 16];  // per box
+    for (int b = 0; b < n_boxes; ++b) {
+      const int64_t key = k0 + b * br;
+      row[b] = static_cast<int>(key);
+      k_outer[b] = v_outer[b] = cta.seq;
+      if (p.page_size > 0) {
+        row[b] = static_cast<int>(key % p.page_size);
+        k_outer[b] = page_of(p.k, key);
+        v_outer[b] = page_of(p.v, key);
+      }
+    }
+    if (bad) *bad_input = 1;  // before the stage's arrival, which releases it to the MMA warps
+    mbar_arrive_expect_tx(&full[s],
+                          static_cast<uint32_t>(n_boxes * (k_atoms + v_atoms) * br * 128));
+    for (int b = 0; b < n_boxes; ++b) {
+      for (int a = 0; a < k_atoms; ++a)
+        tma_load_3d(st + p.k_stage_off + a * kTileKeys * 128 + b * br * 128, &p.k_map,
+                    k_x + a * 128, row[b], k_outer[b], &full[s]);
+      for (int a = 0; a < v_atoms; ++a)
+        tma_load_3d(st + p.v_stage_off + a * kTileKeys * 128 + b * br * 128, &p.v_map,
+                    v_x + a * 128, row[b], v_outer[b], &full[s]);
+    }
+    if (++s == p.n_stages) {
+      s = 0;
+      phase ^= 1u;
+    }
+  }
+}
+
+// Warps 0-7: the two MMA warpgroups (prefill_kernel's rows and steps), waiting on each stage's
+// full barrier and releasing it (one arrival per warp) once its P.V is done, with no CTA-wide
+// barrier per tile; warpgroup 2: the producer (its registers handed to the MMA warpgroups).
+template <KvType KT, KvType VT, int DVB>
+__global__ void __launch_bounds__(kTmaThreads, 1)
+    prefill_tma_kernel(const __grid_constant__ PrefillParams p) {
+  static_assert(tile_mode(KT) == TileMode::direct && tile_mode(VT) == TileMode::direct);
+  constexpr int kMT = m_tiles(DVB), kRows = block_rows(DVB);
+
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  __shared__ uint64_t full[kMaxTmaStages], empty[kMaxTmaStages];
+  __shared__ WeighedMarks marks;
+  __shared__ int bad_input;
+  uint8_t* const smem = aligned_smem(smem_raw);
+  const int tid = threadIdx.x, warp = tid >> 5, g = (tid & 31) >> 2;
+
+  PrefillCta cta;
+  if (!prefill_cta(p, kRows, cta)) return;
+  if (tid == 0) {
+    bad_input = cta.len < 0 || cta.len > p.kv_capacity;
+    for (int s = 0; s < p.n_stages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], kWarps);
+    }
+    fence_mbarrier_init();
+  }
+  if (tid < 4) marks.bits[tid >> 1][tid & 1] = 0u;
+  __syncthreads();
+  const int64_t n_tiles = (cta.keys.hi - cta.keys.lo + kTileKeys - 1) / kTileKeys;
+
+  if (warp >= kWarps) {
+    warpgroup_regs_dec<24>();
+    if (tid == kThreads) produce_tiles(p, cta, n_tiles, smem, full, empty, &bad_input);
+    return;
+  }
+  warpgroup_regs_inc<240>();
+
+  uint8_t* const sq = smem + p.q_off;
+  stage_q<KT, kRows, DVB>(p, cta, sq, nullptr, nullptr, tid);
+  fence_proxy_async();  // Q's staging before the tensor cores read it
+  mma_warps_sync();
+
+  LaneRows<kMT, DVB / 8> rows;
+  rows.init(cta, warp, g);
+  const int64_t pq_lo = cta.first_q + cta.row0 / p.group;
+  const int64_t pq_hi = cta.first_q + (cta.row_end - 1) / p.group;
+  const uint32_t sq_addr = smem_addr(sq);
+  int hidden_calls = 0, s = 0;
+  uint32_t phase = 0;
+  for (int64_t j = 0; j < n_tiles; ++j) {
+    mbar_wait(&full[s], phase);
+    uint8_t* const st = smem + s * p.stage_bytes;
+    const int64_t k0 = cta.keys.lo + j * kTileKeys;
+    const bool masked = prefill_tile_needs_mask(k0, cta.keys.hi, p.causal, p.window, pq_lo, pq_hi);
+    attend_tile<KT, VT, DVB>(p, cta, rows, sq_addr, st + p.k_stage_off, st + p.v_stage_off, k0,
+                             masked, marks, hidden_calls, tid);
+    __syncwarp();
+    if ((tid & 31) == 0) mbar_arrive(&empty[s]);  // this warp's reads of the stage are done
+    if (++s == p.n_stages) {
+      s = 0;
+      phase ^= 1u;
+    }
+  }
+  mma_warps_sync();  // every MMA warp is done with the tiles; bad_input is final
+  write_rows<VT, DVB>(p, cta, rows, bad_input != 0, smem, nullptr, tid);
+}
+
+// The instance's entry points (prefill.cu's table): direct K and V with p.tma run the TMA kernel.
+template <KvType KT, KvType VT, int DVB>
+constexpr bool has_tma_kernel() {
+  return tile_mode(KT) == TileMode::direct && tile_mode(VT) == TileMode::direct;
+}
 template <KvType KT, KvType VT, int DVB>
 cudaError_t prepare_prefill(size_t smem) {
+  if constexpr (has_tma_kernel<KT, VT, DVB>()) {
+    if (cudaError_t e = cudaFuncSetAttribute(prefill_tma_kernel<KT, VT, DVB>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(smem));
+        e != cudaSuccess)
+      return e;
+  }
   return cudaFuncSetAttribute(prefill_kernel<KT, VT, DVB>,
                               cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
 }
 template <KvType KT, KvType VT, int DVB>
 void launch_prefill(const PrefillParams& p, dim3 grid, size_t smem, cudaStream_t stream) {
+  if constexpr (has_tma_kernel<KT, VT, DVB>()) {
+    if (p.tma) {
+      prefill_tma_kernel<KT, VT, DVB><<<grid, kTmaThreads, smem, stream>>>(p);
+      return;
+    }
+  }
   prefill_kernel<KT, VT, DVB><<<grid, kThreads, smem, stream>>>(p);
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "backends/cuda/common/fast_div.hpp"
+#include "backends/cuda/common/tensor_map.hpp"
 #include "backends/cuda/prefill/prefill_plan.hpp"
 
 namespace kvflash::cuda::prefill {
@@ -18,11 +19,11 @@ struct TileCopy {
   const int32_t* pages;    // paged layout: the sequences' page tables (pps entries each)
   int64_t st, sh, ss, sp;  // strides: token, head, sequence (contiguous), page (paged)
   int32_t pps, n_pages;
-  int32_t unit, units, lead_mask;
+  int32_t unit, units, lead_mask, row_bytes;
   FastDiv div_units;
 };
 
-struct PrefillParams {
+struct alignas(64) PrefillParams {  // (the tensor maps: 64-byte aligned)
   const float* q;
   const int64_t* kv_lens;
   const int32_t* q_offsets;  // ragged_q: the packed rows' offsets per sequence; else null
@@ -51,6 +52,11 @@ struct PrefillParams {
   PrefillParts parts;
   int32_t n_splits;
   FastDiv div_splits, div_rows, div_kv_heads;
+  // The TMA kernel (tma: direct K and V that prefill_tma_view describes): the maps of K's and V's
+  // boxes (tma_box_rows rows x 128 bytes, swizzled), the stages of its ring.
+  TensorMapBytes k_map, v_map;
+  int32_t tma_box_rows, n_stages;
+  uint8_t tma;
 };
 
 }  // namespace kvflash::cuda::prefill

@@ -65,7 +65,12 @@ PrefillLayout prefill_layout(const AttentionProblem& p) {
   stage_tensor(l.k_mode, k_tile, l.k_slot, l.k_stage_off, l.k_lead_off);
   stage_tensor(l.v_mode, v_tile, l.v_slot, l.v_stage_off, l.v_lead_off);
   l.stage_bytes = round_up(stage, kSwizzleAlign);
-  off += kStages * l.stage_bytes;
+  // Direct K and V may run the TMA kernel: as many stages as the budget holds.
+  if (l.k_mode == TileMode::direct && l.v_mode == TileMode::direct) {
+    const int32_t fit = (kTmaSmemBudget - off) / l.stage_bytes;
+    l.n_stages = std::clamp(fit, kStages, kMaxTmaStages);
+  }
+  off += l.n_stages * l.stage_bytes;
   if (l.k_mode != TileMode::direct) {
     l.k_dec_off = off;
     off += k_tile;
@@ -85,6 +90,33 @@ PrefillLayout prefill_layout(const AttentionProblem& p) {
   const int64_t rows = int64_t{p.n_q_tokens} * p.group();
   l.n_row_blocks = static_cast<int32_t>((rows + l.block_rows - 1) / l.block_rows);
   return l;
+}
+
+bool prefill_tma_view(const PrefillTmaTensor& kv, int32_t row_bytes, const AttentionProblem& p,
+                      PrefillTmaView& v) {
+  const auto m16 = [](int64_t x) { return x % 16 == 0; };
+  if (kv.data % 16 != 0 || kv.stride_token <= 0 || !m16(kv.stride_token) || kv.stride_head < 0 ||
+      !m16(kv.stride_head) || p.kv_capacity >= (int64_t{1} << 31))
+    return false;
+  v.extent = int64_t{p.n_kv_heads - 1} * kv.stride_head + row_bytes;
+  if (v.extent > kv.stride_token || v.extent > (int64_t{1} << 31)) return false;
+  if (p.page_size > 0) {
+    v.box_rows = p.page_size % 64 == 0   ? 64
+                 : p.page_size % 32 == 0 ? 32
+                 : p.page_size % 16 == 0 ? 16
+                                         : 0;
+    if (v.box_rows == 0 || p.window > 0 || kv.n_pages < 1 || kv.n_pages > INT32_MAX) return false;
+    v.rows = p.page_size;
+    v.outer = kv.n_pages;
+    v.outer_stride = kv.stride_page;
+  } else {
+    v.box_rows = kTileKeys;
+    v.rows = p.kv_capacity;
+    v.outer = p.n_seqs;
+    // One sequence: the sequence dimension is never stepped; any valid stride does.
+    v.outer_stride = p.n_seqs > 1 ? kv.stride_seq : kv.stride_token * p.kv_capacity;
+  }
+  return v.outer_stride > 0 && m16(v.outer_stride) && v.outer_stride < (int64_t{1} << 40);
 }
 
 int32_t prefill_splits(const AttentionProblem& p, const PrefillLayout& l, int32_t sm_count) {

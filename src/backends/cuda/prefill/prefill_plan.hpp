@@ -27,6 +27,12 @@ constexpr int block_rows(int dv_bucket) {  // query rows per CTA
   return 16 * m_tiles(dv_bucket) * kWarps;
 }
 inline constexpr int kStages = 2;  // K/V tiles in flight: the next one loads while one computes
+// The TMA kernel (f16 / bf16 K and V): the two MMA warpgroups and a producer warpgroup whose one
+// thread issues each tile's copies into a ring of up to kMaxTmaStages stages (as many as fit
+// kTmaSmemBudget), each with a full and an empty mbarrier.
+inline constexpr int kTmaThreads = kThreads + 128;
+inline constexpr int kMaxTmaStages = 4;
+inline constexpr int32_t kTmaSmemBudget = 200 * 1024;
 inline constexpr int32_t kMaxPrefillHeadDim = 256;
 
 // How a tensor's tiles reach the MMA operand tile (16-bit rows):
@@ -77,6 +83,7 @@ struct PrefillLayout {
   // bytes), then V's (operand tile of kTileKeys x dv_bucket: the P.V MMA reads every column of
   // the instance). Stage s at off + s * stage_bytes.
   int32_t k_stage_off = 0, v_stage_off = 0, stage_bytes = 0;
+  int32_t n_stages = kStages;              // stages laid out: more for the TMA kernel (direct K, V)
   int32_t k_lead_off = 0, v_lead_off = 0;  // per stage: one lead byte per raw row (raw)
   int32_t k_dec_off = 0, v_dec_off = 0;    // the decoded operand tiles (raw, convert)
   int32_t scratch_off = 0;                 // turbo K: one 128-float group per warp for Q's rotation
@@ -84,6 +91,28 @@ struct PrefillLayout {
   size_t smem_main = 0, smem_epilogue = 0, smem_total = 0;  // total: + the alignment slack
   int32_t n_row_blocks = 0;                                 // CTAs per (sequence, KV head)
 };
+
+// How TMA copies a direct (f16 / bf16) tensor's tiles for the TMA kernel: the tensor viewed as
+// [outer][row][the bytes of all heads' rows] (outer: the sequence and row the token of a
+// contiguous tensor; the pool's page and the token in it of a paged one), one box = box_rows rows
+// x 128 bytes (one 64-dim atom of the operand tile, in its 128-byte swizzle) from the head's row.
+// Paged tensors: boxes never cross a page (box_rows divides page_size and kTileKeys; no window,
+// so tiles start at multiples of kTileKeys). Nothing where TMA cannot describe it (the kernel
+// without TMA runs): data, token, head, sequence or page strides not multiples of 16 bytes, heads
+// not inside one token's row, a capacity of 2^31 keys or more, pages as above.
+struct PrefillTmaView {
+  int64_t extent = 0;        // dimension 0: bytes of a token's row (all heads)
+  int64_t rows = 0;          // dimension 1: kv_capacity, or page_size
+  int64_t outer = 0;         // dimension 2: n_seqs, or the pool's pages
+  int64_t outer_stride = 0;  // bytes from one sequence (page) to the next
+  int32_t box_rows = 0;
+};
+struct PrefillTmaTensor {  // what prefill_tma_view reads of a KvTensor (plain values: testable)
+  uintptr_t data = 0;
+  int64_t stride_token = 0, stride_head = 0, stride_seq = 0, stride_page = 0, n_pages = 0;
+};
+bool prefill_tma_view(const PrefillTmaTensor& kv, int32_t row_bytes, const AttentionProblem& p,
+                      PrefillTmaView& view);
 
 // Dims the prefill kernel computes over: float types their own (every supported head dim is a
 // multiple of 16), quantized types padded to their block (turbo: the rotation's 128-value group).
