@@ -49,7 +49,7 @@ TEST(CudaPrefillLayout, RegionsAreAlignedDisjointAndFitTheDevice) {
         // the TMA kernel's ring.
         EXPECT_GE(l.n_stages, kStages);
         EXPECT_LE(l.n_stages, kMaxTmaStages);
-        if (l.k_mode != TileMode::direct || l.v_mode != TileMode::direct) {
+        if (!tma_kernel_pair(l.k_mode, l.v_mode, l.dv_bucket)) {
           EXPECT_EQ(l.n_stages, kStages);
         }
         for (int s = 0; s < l.n_stages; ++s) {
@@ -61,6 +61,7 @@ TEST(CudaPrefillLayout, RegionsAreAlignedDisjointAndFitTheDevice) {
               operand_tiles.push_back(base + data);
             }
             if (mode == TileMode::raw) {
+              EXPECT_EQ(data % 128, 0);  // TMA boxes land there
               r.push_back({base + data, base + data + int64_t{kTileKeys} * slot});
               r.push_back({base + lead, base + lead + kTileKeys});
             }
@@ -69,13 +70,19 @@ TEST(CudaPrefillLayout, RegionsAreAlignedDisjointAndFitTheDevice) {
           staged(l.v_mode, v_tile, l.v_slot, l.v_stage_off, l.v_lead_off);
           EXPECT_LE(base + l.stage_bytes, int64_t{l.k_stage_off} + (s + 1) * l.stage_bytes);
         }
-        if (l.k_mode != TileMode::direct) {
-          r.push_back({l.k_dec_off, l.k_dec_off + k_tile});
-          operand_tiles.push_back(l.k_dec_off);
-        }
-        if (l.v_mode != TileMode::direct) {
-          r.push_back({l.v_dec_off, l.v_dec_off + v_tile});
-          operand_tiles.push_back(l.v_dec_off);
+        // Decoded tiles: two sets for a pair that may run the TMA kernel, one else.
+        const bool decoded = l.k_mode != TileMode::direct || l.v_mode != TileMode::direct;
+        EXPECT_EQ(l.n_dec, tma_kernel_pair(l.k_mode, l.v_mode, l.dv_bucket) && decoded ? 2 : 1);
+        for (int set = 0; set < l.n_dec; ++set) {
+          const int64_t o = int64_t{set} * l.dec_stride;
+          if (l.k_mode != TileMode::direct) {
+            r.push_back({l.k_dec_off + o, l.k_dec_off + o + k_tile});
+            operand_tiles.push_back(l.k_dec_off + o);
+          }
+          if (l.v_mode != TileMode::direct) {
+            r.push_back({l.v_dec_off + o, l.v_dec_off + o + v_tile});
+            operand_tiles.push_back(l.v_dec_off + o);
+          }
         }
         if (is_rotated(k)) r.push_back({l.scratch_off, l.scratch_off + kWarps * 128 * 4});
         std::sort(r.begin(), r.end(), [](Region a, Region b) { return a.lo < b.lo; });
@@ -119,7 +126,7 @@ TEST(CudaPrefillTma, ViewDescribesTheTensorOrNothing) {
   t.stride_token = 8 * 256;
   t.stride_seq = t.stride_token * 4096;
   PrefillTmaView v;
-  ASSERT_TRUE(prefill_tma_view(t, 256, p, v));
+  ASSERT_TRUE(prefill_tma_view(t, 256, 128, true, p, v));
   EXPECT_EQ(v.extent, 8 * 256);
   EXPECT_EQ(v.rows, 4096);
   EXPECT_EQ(v.outer, 2);
@@ -127,7 +134,7 @@ TEST(CudaPrefillTma, ViewDescribesTheTensorOrNothing) {
   EXPECT_EQ(v.box_rows, kTileKeys);
   // A window: still whole tiles (a contiguous box starts at any key).
   p.window = 100;
-  EXPECT_TRUE(prefill_tma_view(t, 256, p, v));
+  EXPECT_TRUE(prefill_tma_view(t, 256, 128, true, p, v));
   p.window = 0;
   // Strides and addresses TMA cannot take.
   for (const auto& bad : std::vector<PrefillTmaTensor>{
@@ -136,7 +143,8 @@ TEST(CudaPrefillTma, ViewDescribesTheTensorOrNothing) {
            {0x10000, 2048, 264, 2048 * 4096, 0, 0},      // head stride (heads past the token row)
            {0x10000, 2048, 256, 2048 * 4096 + 8, 0, 0},  // sequence stride
            {0x10000, 256, 4096 * 256, 256, 0, 0}}) {     // heads outside one token's row
-    EXPECT_FALSE(prefill_tma_view(bad, 256, p, v)) << bad.stride_token << " " << bad.stride_head;
+    EXPECT_FALSE(prefill_tma_view(bad, 256, 128, true, p, v))
+        << bad.stride_token << " " << bad.stride_head;
   }
   // Paged: boxes of the largest of 64, 32, 16 rows that divides the page; no window.
   p.page_size = 16;
@@ -146,25 +154,37 @@ TEST(CudaPrefillTma, ViewDescribesTheTensorOrNothing) {
            {16, 16}, {32, 32}, {48, 16}, {64, 64}, {128, 64}, {256, 64}}) {
     p.page_size = page;
     t.stride_page = t.stride_token * page;
-    ASSERT_TRUE(prefill_tma_view(t, 256, p, v)) << page;
+    ASSERT_TRUE(prefill_tma_view(t, 256, 128, true, p, v)) << page;
     EXPECT_EQ(v.box_rows, box) << page;
     EXPECT_EQ(v.rows, page);
     EXPECT_EQ(v.outer, 100);
     EXPECT_EQ(v.outer_stride, t.stride_page);
     EXPECT_EQ(kTileKeys % v.box_rows, 0);
   }
+  // Raw rows: a box of the slot from the head's row rounded down to 16 bytes (any head stride),
+  // at most 256 bytes, holding the widest lead and the row.
+  p.page_size = 0;
+  PrefillTmaTensor raw = t;
+  raw.stride_head = 136;  // q8_0 rows of 128 values
+  raw.stride_token = 8 * 136;
+  raw.stride_seq = raw.stride_token * 4096;
+  EXPECT_TRUE(prefill_tma_view(raw, 136, 176, false, p, v));
+  EXPECT_EQ(v.box_rows, kTileKeys);
+  EXPECT_FALSE(prefill_tma_view(raw, 136, 176, true, p, v));   // a direct box needs head % 16
+  EXPECT_FALSE(prefill_tma_view(raw, 136, 144, false, p, v));  // the lead and row do not fit
+  EXPECT_FALSE(prefill_tma_view(raw, 272, 304, false, p, v));  // over 256 bytes
   p.page_size = 8;
-  EXPECT_FALSE(prefill_tma_view(t, 256, p, v));
+  EXPECT_FALSE(prefill_tma_view(t, 256, 128, true, p, v));
   p.page_size = 64;
   p.window = 100;
-  EXPECT_FALSE(prefill_tma_view(t, 256, p, v));
+  EXPECT_FALSE(prefill_tma_view(t, 256, 128, true, p, v));
   p.window = 0;
   t.n_pages = 0;
-  EXPECT_FALSE(prefill_tma_view(t, 256, p, v));
+  EXPECT_FALSE(prefill_tma_view(t, 256, 128, true, p, v));
   t.n_pages = 100;
   p.page_size = 0;
   p.kv_capacity = int64_t{1} << 31;
-  EXPECT_FALSE(prefill_tma_view(t, 256, p, v));
+  EXPECT_FALSE(prefill_tma_view(t, 256, 128, true, p, v));
 }
 
 TEST(CudaPrefillLayout, SwizzledTilesPlaceEveryValueOnceAndSpreadBanks) {

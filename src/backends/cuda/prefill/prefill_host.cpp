@@ -104,6 +104,7 @@ void problem_params(PrefillParams& d, const AttentionProblem& p, const PrefillLa
   d.k_lead_off = l.k_lead_off;
   d.v_lead_off = l.v_lead_off;
   d.k_dec_off = l.k_dec_off;
+  d.dec_stride = l.dec_stride;
   d.v_dec_off = l.v_dec_off;
   d.scratch_off = l.scratch_off;
   d.out_stride = l.out_stride;
@@ -166,9 +167,10 @@ Status check_prefill_tensors(const Plan& plan, const AttentionTensors& t) {
                               slot_of(l, false));
 }
 
-// The map of a direct tensor's TMA boxes (PrefillTmaView); false where TMA cannot describe it.
-bool encode_prefill_map(TensorMapBytes& map, const KvTensor& kv, int32_t row_bytes,
-                        const AttentionProblem& p, int32_t& box_rows) {
+// The map of a tensor's TMA boxes (PrefillTmaView): 128-byte swizzled atoms of a direct tensor,
+// raw rows in their slots; false where TMA cannot describe it.
+bool encode_prefill_map(TensorMapBytes& map, const KvTensor& kv, TileMode mode, int32_t row_bytes,
+                        int32_t slot, const AttentionProblem& p, int32_t& box_rows) {
   PrefillTmaTensor t;
   t.data = reinterpret_cast<uintptr_t>(kv.data);
   t.stride_token = kv.stride_token;
@@ -176,15 +178,17 @@ bool encode_prefill_map(TensorMapBytes& map, const KvTensor& kv, int32_t row_byt
   t.stride_seq = kv.stride_seq;
   t.stride_page = kv.stride_page;
   t.n_pages = kv.n_pages;
+  const bool direct = mode == TileMode::direct;
+  const int32_t box_bytes = direct ? 128 : slot;
   PrefillTmaView v;
-  if (!prefill_tma_view(t, row_bytes, p, v)) return false;
+  if (!prefill_tma_view(t, row_bytes, box_bytes, direct, p, v)) return false;
   box_rows = v.box_rows;
   const uint64_t dims[3] = {static_cast<uint64_t>(v.extent), static_cast<uint64_t>(v.rows),
                             static_cast<uint64_t>(v.outer)};
   const uint64_t strides[2] = {static_cast<uint64_t>(kv.stride_token),
                                static_cast<uint64_t>(v.outer_stride)};
-  const uint32_t box[3] = {128, static_cast<uint32_t>(v.box_rows), 1};
-  return encode_tensor_map_u8_3d(map, kv.data, dims, strides, box, true);
+  const uint32_t box[3] = {static_cast<uint32_t>(box_bytes), static_cast<uint32_t>(v.box_rows), 1};
+  return encode_tensor_map_u8_3d(map, kv.data, dims, strides, box, direct);
 }
 
 TileCopy tile_copy(const KvTensor& kv, const CopyMode& m, int32_t row_bytes,
@@ -232,13 +236,14 @@ Status run_prefill(const Plan& plan, const AttentionTensors& t, void* workspace,
                   l.k_row_bytes, p);
   d.v = tile_copy(t.v, *copy_mode("v", t.v, p.v_type, l.v_row_bytes, slot_of(l, false), p),
                   l.v_row_bytes, p);
-  // Direct K and V that TMA describes run the TMA kernel (launch_prefill picks it by d.tma;
+  // Pairs whose tensors TMA describes run the TMA kernel (launch_prefill picks it by d.tma;
   // KVFLASH_PREFILL_NO_TMA set: never, for A/B runs).
   static const bool no_tma = std::getenv("KVFLASH_PREFILL_NO_TMA") != nullptr;
   int32_t k_box = 0, v_box = 0;
-  d.tma = l.k_mode == TileMode::direct && l.v_mode == TileMode::direct && !no_tma &&
-          encode_prefill_map(d.k_map, t.k, l.k_row_bytes, p, k_box) &&
-          encode_prefill_map(d.v_map, t.v, l.v_row_bytes, p, v_box) && k_box == v_box;
+  d.tma = tma_kernel_pair(l.k_mode, l.v_mode, l.dv_bucket) && !no_tma &&
+          encode_prefill_map(d.k_map, t.k, l.k_mode, l.k_row_bytes, l.k_slot, p, k_box) &&
+          encode_prefill_map(d.v_map, t.v, l.v_mode, l.v_row_bytes, l.v_slot, p, v_box) &&
+          k_box == v_box;
   d.tma_box_rows = k_box;
   auto stream = static_cast<cudaStream_t>(stream_ptr);
   pp.instance.launch(d, pp.grid, l.smem_total, stream);

@@ -40,7 +40,7 @@ struct alignas(64) PrefillParams {  // (the tensor maps: 64-byte aligned)
   // Shared-memory layout (PrefillLayout).
   int32_t block_rows, k_slot, v_slot;
   int32_t q_off, k_stage_off, v_stage_off, stage_bytes, k_lead_off, v_lead_off, k_dec_off,
-      v_dec_off, scratch_off, out_stride;
+      v_dec_off, dec_stride, scratch_off, out_stride;
   float scale, scale_log2, softcap;
   uint8_t causal, has_mask, has_sinks, has_alibi, q_vec4;
   FastDiv div_group;
@@ -52,8 +52,9 @@ struct alignas(64) PrefillParams {  // (the tensor maps: 64-byte aligned)
   PrefillParts parts;
   int32_t n_splits;
   FastDiv div_splits, div_rows, div_kv_heads;
-  // The TMA kernel (tma: direct K and V that prefill_tma_view describes): the maps of K's and V's
-  // boxes (tma_box_rows rows x 128 bytes, swizzled), the stages of its ring.
+  // The TMA kernel (tma: a tma_kernel_pair whose tensors prefill_tma_view describes): the maps of
+  // K's and V's boxes (tma_box_rows rows; direct: 128 bytes, swizzled; raw: the slot), the stages
+  // of its ring.
   TensorMapBytes k_map, v_map;
   int32_t tma_box_rows, n_stages;
   uint8_t tma;

@@ -55,6 +55,7 @@ PrefillLayout prefill_layout(const AttentionProblem& p) {
       stage += op_tile;
     }
     if (mode == TileMode::raw) {
+      stage = round_up(stage, 128);  // (TMA's boxes land at 128-byte aligned addresses)
       data = off + stage;
       stage += kTileKeys * slot;
       lead = off + stage;
@@ -65,23 +66,23 @@ PrefillLayout prefill_layout(const AttentionProblem& p) {
   stage_tensor(l.k_mode, k_tile, l.k_slot, l.k_stage_off, l.k_lead_off);
   stage_tensor(l.v_mode, v_tile, l.v_slot, l.v_stage_off, l.v_lead_off);
   l.stage_bytes = round_up(stage, kSwizzleAlign);
-  // Direct K and V may run the TMA kernel: as many stages as the budget holds.
-  if (l.k_mode == TileMode::direct && l.v_mode == TileMode::direct) {
-    const int32_t fit = (kTmaSmemBudget - off) / l.stage_bytes;
+  const int32_t dec =
+      (l.k_mode != TileMode::direct ? k_tile : 0) + (l.v_mode != TileMode::direct ? v_tile : 0);
+  const int32_t scratch = is_rotated(p.k_type) ? kWarps * 128 * 4 : 0;
+  // A pair that may run the TMA kernel: two decoded sets, as many stages as the budget holds.
+  if (tma_kernel_pair(l.k_mode, l.v_mode, l.dv_bucket)) {
+    l.n_dec = dec > 0 ? 2 : 1;
+    const int32_t fit = (kTmaSmemBudget - off - l.n_dec * dec - scratch) / l.stage_bytes;
     l.n_stages = std::clamp(fit, kStages, kMaxTmaStages);
   }
   off += l.n_stages * l.stage_bytes;
-  if (l.k_mode != TileMode::direct) {
-    l.k_dec_off = off;
-    off += k_tile;
-  }
-  if (l.v_mode != TileMode::direct) {
-    l.v_dec_off = off;
-    off += v_tile;
-  }
-  if (is_rotated(p.k_type)) {
+  l.dec_stride = dec;
+  if (l.k_mode != TileMode::direct) l.k_dec_off = off;
+  if (l.v_mode != TileMode::direct) l.v_dec_off = off + (l.k_mode != TileMode::direct ? k_tile : 0);
+  off += l.n_dec * dec;
+  if (scratch > 0) {
     l.scratch_off = off;
-    off += kWarps * 128 * 4;
+    off += scratch;
   }
   l.smem_main = static_cast<size_t>(off);
   l.out_stride = l.dvc + 4;
@@ -92,12 +93,14 @@ PrefillLayout prefill_layout(const AttentionProblem& p) {
   return l;
 }
 
-bool prefill_tma_view(const PrefillTmaTensor& kv, int32_t row_bytes, const AttentionProblem& p,
-                      PrefillTmaView& v) {
+bool prefill_tma_view(const PrefillTmaTensor& kv, int32_t row_bytes, int32_t box_bytes, bool direct,
+                      const AttentionProblem& p, PrefillTmaView& v) {
   const auto m16 = [](int64_t x) { return x % 16 == 0; };
   if (kv.data % 16 != 0 || kv.stride_token <= 0 || !m16(kv.stride_token) || kv.stride_head < 0 ||
-      !m16(kv.stride_head) || p.kv_capacity >= (int64_t{1} << 31))
+      (direct && !m16(kv.stride_head)) || box_bytes % 16 != 0 || box_bytes > 256 ||
+      p.kv_capacity >= (int64_t{1} << 31))
     return false;
+  if (!direct && 15 + row_bytes > box_bytes) return false;  // the widest lead and the row
   v.extent = int64_t{p.n_kv_heads - 1} * kv.stride_head + row_bytes;
   if (v.extent > kv.stride_token || v.extent > (int64_t{1} << 31)) return false;
   if (p.page_size > 0) {

@@ -48,6 +48,14 @@ constexpr TileMode tile_mode(KvType t) {
   return t == KvType::f32 ? TileMode::convert : TileMode::raw;
 }
 
+// Whether a pair's tiles may take the TMA kernel: no f32 tensor (its rows are converted when
+// used), and quantized ones only in the 128-dim instance (its MMA warps decode the tiles within
+// the 240 registers the producer warpgroup leaves them).
+constexpr bool tma_kernel_pair(TileMode k, TileMode v, int32_t dv_bucket) {
+  if (k == TileMode::convert || v == TileMode::convert) return false;
+  return (k == TileMode::direct && v == TileMode::direct) || dv_bucket <= 128;
+}
+
 // The kernel instances: 128 when both computed dims are at most 128 (two M tiles per warp, 256
 // rows per CTA), else 256 (one M tile, the accumulators of 256 V dims).
 constexpr int32_t dims_bucket(int32_t dkc, int32_t dvc) {
@@ -83,23 +91,29 @@ struct PrefillLayout {
   // bytes), then V's (operand tile of kTileKeys x dv_bucket: the P.V MMA reads every column of
   // the instance). Stage s at off + s * stage_bytes.
   int32_t k_stage_off = 0, v_stage_off = 0, stage_bytes = 0;
-  int32_t n_stages = kStages;              // stages laid out: more for the TMA kernel (direct K, V)
+  int32_t n_stages = kStages;  // stages laid out: more for the TMA kernel (tma_kernel_pair)
   int32_t k_lead_off = 0, v_lead_off = 0;  // per stage: one lead byte per raw row (raw)
   int32_t k_dec_off = 0, v_dec_off = 0;    // the decoded operand tiles (raw, convert)
-  int32_t scratch_off = 0;                 // turbo K: one 128-float group per warp for Q's rotation
-  int32_t out_stride = 0;                  // floats per row of the epilogue's output staging
+  // Decoded tiles come in n_dec sets dec_stride bytes apart: two for the TMA kernel (tile j
+  // decoded into set j % 2 while the other warpgroup may still read set (j - 1) % 2), one else.
+  int32_t n_dec = 1, dec_stride = 0;
+  int32_t scratch_off = 0;  // turbo K: one 128-float group per warp for Q's rotation
+  int32_t out_stride = 0;   // floats per row of the epilogue's output staging
   size_t smem_main = 0, smem_epilogue = 0, smem_total = 0;  // total: + the alignment slack
   int32_t n_row_blocks = 0;                                 // CTAs per (sequence, KV head)
 };
 
-// How TMA copies a direct (f16 / bf16) tensor's tiles for the TMA kernel: the tensor viewed as
-// [outer][row][the bytes of all heads' rows] (outer: the sequence and row the token of a
-// contiguous tensor; the pool's page and the token in it of a paged one), one box = box_rows rows
-// x 128 bytes (one 64-dim atom of the operand tile, in its 128-byte swizzle) from the head's row.
-// Paged tensors: boxes never cross a page (box_rows divides page_size and kTileKeys; no window,
-// so tiles start at multiples of kTileKeys). Nothing where TMA cannot describe it (the kernel
-// without TMA runs): data, token, head, sequence or page strides not multiples of 16 bytes, heads
-// not inside one token's row, a capacity of 2^31 keys or more, pages as above.
+// How TMA copies a tensor's tiles for the TMA kernel: the tensor viewed as [outer][row][the bytes
+// of all heads' rows] (outer: the sequence and row the token of a contiguous tensor; the pool's
+// page and the token in it of a paged one), one box = box_rows rows x box_bytes: for a direct
+// tensor 128 bytes (one 64-dim atom of the operand tile, in its 128-byte swizzle) from the head's
+// row, for a raw one its slot from the head's row rounded down to 16 bytes (the row lands after
+// that lead, the same for every row, as the raw stage holds it). Paged tensors: boxes never cross
+// a page (box_rows divides page_size and kTileKeys; no window, so tiles start at multiples of
+// kTileKeys). Nothing where TMA cannot describe it (the kernel without TMA runs): data, token,
+// sequence or page strides not multiples of 16 bytes (the head stride too for a direct tensor),
+// heads not inside one token's row, a box over 256 bytes, a capacity of 2^31 keys or more, pages
+// as above.
 struct PrefillTmaView {
   int64_t extent = 0;        // dimension 0: bytes of a token's row (all heads)
   int64_t rows = 0;          // dimension 1: kv_capacity, or page_size
@@ -111,8 +125,8 @@ struct PrefillTmaTensor {  // what prefill_tma_view reads of a KvTensor (plain v
   uintptr_t data = 0;
   int64_t stride_token = 0, stride_head = 0, stride_seq = 0, stride_page = 0, n_pages = 0;
 };
-bool prefill_tma_view(const PrefillTmaTensor& kv, int32_t row_bytes, const AttentionProblem& p,
-                      PrefillTmaView& view);
+bool prefill_tma_view(const PrefillTmaTensor& kv, int32_t row_bytes, int32_t box_bytes, bool direct,
+                      const AttentionProblem& p, PrefillTmaView& view);
 
 // Dims the prefill kernel computes over: float types their own (every supported head dim is a
 // multiple of 16), quantized types padded to their block (turbo: the rotation's 128-value group).
