@@ -205,9 +205,9 @@ TileCopy tile_copy(const KvTensor& kv, const CopyMode& m, int32_t row_bytes,
     c.pps = kv.pages_per_seq;
     c.n_pages = static_cast<int32_t>(std::min<int64_t>(kv.n_pages, INT32_MAX));
   }
-  c.unit = m.unit;
+  c.unit = static_cast<int16_t>(m.unit);
   c.units = m.units;
-  c.lead_mask = m.lead16 ? 15 : (m.unit == 4 ? 3 : 0);
+  c.lead_mask = static_cast<int16_t>(m.lead16 ? 15 : (m.unit == 4 ? 3 : 0));
   c.div_units = fast_div(m.units);
   return c;
 }

@@ -19,10 +19,16 @@ struct TileCopy {
   const int32_t* pages;    // paged layout: the sequences' page tables (pps entries each)
   int64_t st, sh, ss, sp;  // strides: token, head, sequence (contiguous), page (paged)
   int32_t pps, n_pages;
-  int32_t unit, units, lead_mask, row_bytes;
+  int32_t units;
+  int16_t unit, lead_mask;  // (16 bits: the struct keeps its size, so PrefillParams its offsets)
+  int32_t row_bytes;
   FastDiv div_units;
 };
 
+// New fields go at the end: the kernels read the fields in place (a __grid_constant__
+// parameter), and moving the offsets of those the tile loops read changes how ptxas groups
+// their loads (at 9957741 a field added mid-struct coincided with the f16 TMA kernel running
+// 2-4% slower; its tile loop's PTX differed only there).
 struct alignas(64) PrefillParams {  // (the tensor maps: 64-byte aligned)
   const float* q;
   const int64_t* kv_lens;
@@ -40,7 +46,7 @@ struct alignas(64) PrefillParams {  // (the tensor maps: 64-byte aligned)
   // Shared-memory layout (PrefillLayout).
   int32_t block_rows, k_slot, v_slot;
   int32_t q_off, k_stage_off, v_stage_off, stage_bytes, k_lead_off, v_lead_off, k_dec_off,
-      v_dec_off, dec_stride, scratch_off, out_stride;
+      v_dec_off, scratch_off, out_stride;
   float scale, scale_log2, softcap;
   uint8_t causal, has_mask, has_sinks, has_alibi, q_vec4;
   FastDiv div_group;
@@ -58,6 +64,7 @@ struct alignas(64) PrefillParams {  // (the tensor maps: 64-byte aligned)
   TensorMapBytes k_map, v_map;
   int32_t tma_box_rows, n_stages;
   uint8_t tma;
+  int32_t dec_stride;  // bytes between the decoded sets (PrefillLayout::dec_stride)
 };
 
 }  // namespace kvflash::cuda::prefill
