@@ -8,6 +8,7 @@
 #include <numeric>
 #include <random>
 
+#include "common/kernel_note.hpp"
 #include "kvflash/device.hpp"
 
 namespace kvflash::bench {
@@ -327,6 +328,7 @@ Expected<Timing> time_point(const AttentionProblem& p, const RunConfig& cfg,
   po.spin_us = 2000;
   Expected<Plan> pl = plan(p, po);
   if (!pl) return pl.error();
+  tools::note_portable_kernel(*pl);
   Expected<Timing> t = pl->kernel->backend == Backend::cuda ? time_point_cuda(*pl, cfg, rq)
                                                             : time_point_cpu(*pl, cfg, rq);
   if (t) t->splits = pl->n_splits;

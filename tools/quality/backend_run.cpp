@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "common/kernel_note.hpp"
 #include "kvflash/device.hpp"
 
 namespace kvflash::quality {
@@ -94,6 +95,7 @@ Expected<std::string> run_library(Backend b, const AttentionProblem& p, const At
   opt.select.backend = Backend::cpu;
   Expected<Plan> plan = kvflash::plan(p, opt);  // for the kernel's name; attention() plans the same
   if (!plan) return described(p, plan.error());
+  tools::note_portable_kernel(*plan);
   if (Status s = attention(p, t, opt); !s) return described(p, s.error());
   return std::string(plan->kernel->name);
 }

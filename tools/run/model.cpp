@@ -11,6 +11,7 @@
 #include <tuple>
 #include <utility>
 
+#include "common/kernel_note.hpp"
 #include "kvflash/device.hpp"
 #include "kvflash/kv_cache.hpp"
 #include "kvflash/problem.hpp"
@@ -325,6 +326,7 @@ Expected<const Plan*> LlamaSession::attention_plan(int64_t n, KvType k, KvType v
   opt.select.backend = backend_;
   Expected<Plan> pl = kvflash::plan(p, opt);
   if (!pl) return pl.error();
+  tools::note_portable_kernel(*pl);
   if (backend_ == Backend::cpu) {
     workspace_.resize(std::max(workspace_.size(), pl->workspace_bytes));
   } else if (pl->workspace_bytes > dev_->workspace.size()) {
