@@ -6,11 +6,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backends/cuda/common/device_info.hpp"
@@ -191,6 +194,20 @@ bool encode_prefill_map(TensorMapBytes& map, const KvTensor& kv, TileMode mode, 
   return encode_tensor_map_u8_3d(map, kv.data, dims, strides, box, direct);
 }
 
+// No silent slow path: with KVFLASH_LOG_DISPATCH set, the first call of the process whose
+// tensors keep a TMA pair off the TMA kernel (about half its speed) says so on stderr.
+void log_no_tma(const AttentionProblem& p) {
+  static std::atomic<bool> said{false};
+  const char* v = std::getenv("KVFLASH_LOG_DISPATCH");
+  if (v == nullptr || *v == '\0' || std::string_view(v) == "0" || said.exchange(true)) return;
+  std::fprintf(stderr,
+               "kvflash: cuda.prefill: K/V layout not described by TMA (needed: data, token, "
+               "sequence and page strides multiples of 16 bytes, heads inside one token's row, "
+               "pages a multiple of 16 tokens and no window): the kernel with its threads' "
+               "copies runs, about half as fast (%s)\n",
+               describe(p).c_str());
+}
+
 TileCopy tile_copy(const KvTensor& kv, const CopyMode& m, int32_t row_bytes,
                    const AttentionProblem& p) {
   TileCopy c{};
@@ -245,6 +262,7 @@ Status run_prefill(const Plan& plan, const AttentionTensors& t, void* workspace,
           encode_prefill_map(d.v_map, t.v, l.v_mode, l.v_row_bytes, l.v_slot, p, v_box) &&
           k_box == v_box;
   d.tma_box_rows = k_box;
+  if (!d.tma && !no_tma && tma_kernel_pair(l.k_mode, l.v_mode, l.dv_bucket)) log_no_tma(p);
   auto stream = static_cast<cudaStream_t>(stream_ptr);
   pp.instance.launch(d, pp.grid, l.smem_total, stream);
   if (cudaError_t e = cudaPeekAtLastError(); e != cudaSuccess)
