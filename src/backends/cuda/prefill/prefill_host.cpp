@@ -256,13 +256,14 @@ Status run_prefill(const Plan& plan, const AttentionTensors& t, void* workspace,
   // Pairs whose tensors TMA describes run the TMA kernel (launch_prefill picks it by d.tma;
   // KVFLASH_PREFILL_NO_TMA set: never, for A/B runs).
   static const bool no_tma = std::getenv("KVFLASH_PREFILL_NO_TMA") != nullptr;
+  const bool tma_pair = tma_kernel_pair(l.k_mode, l.v_mode, l.dv_bucket) && !no_tma;
   int32_t k_box = 0, v_box = 0;
-  d.tma = tma_kernel_pair(l.k_mode, l.v_mode, l.dv_bucket) && !no_tma &&
+  d.tma = tma_pair &&
           encode_prefill_map(d.k_map, t.k, l.k_mode, l.k_row_bytes, l.k_slot, p, k_box) &&
           encode_prefill_map(d.v_map, t.v, l.v_mode, l.v_row_bytes, l.v_slot, p, v_box) &&
           k_box == v_box;
   d.tma_box_rows = k_box;
-  if (!d.tma && !no_tma && tma_kernel_pair(l.k_mode, l.v_mode, l.dv_bucket)) log_no_tma(p);
+  if (tma_pair && !d.tma) log_no_tma(p);
   auto stream = static_cast<cudaStream_t>(stream_ptr);
   pp.instance.launch(d, pp.grid, l.smem_total, stream);
   if (cudaError_t e = cudaPeekAtLastError(); e != cudaSuccess)
