@@ -9,7 +9,9 @@
 #   LIMIT=420 dev/prefill_ab_gpu.sh OUT ROUNDS DIR old new [NAME@VAR=VALUE ...]
 # A side is NAME (DIR/NAME.bench.xz) or NAME@VAR=VALUE (that binary with a setting, e.g.
 # new@KVFLASH_PREFILL_NO_TMA=1); DIR/test_gpu_attention.xz is the candidate's (the last pair
-# packed). PREFILL_AB_SETS="FLAGS|FLAGS" replaces the matrix. Writes OUT/checks.txt,
+# packed). PREFILL_AB_SETS="FLAGS|FLAGS" replaces the matrix; PREFILL_AB_MEMCHECK,
+# PREFILL_AB_NOTMA and PREFILL_AB_RACECHECK replace the three checks' gtest filters (empty: that
+# check is skipped). Writes OUT/checks.txt,
 # OUT/SIDE_ROUND.csv and OUT/sides.md (medians over rounds of the per-run medians, the first
 # side's time over each other side's: above 1, that side is faster).
 set -u
@@ -37,18 +39,24 @@ log() { echo "$@" | tee -a "$out/checks.txt"; }
 left() { echo $((limit - SECONDS)); }
 passed() { grep -E '^\[  (PASSED|FAILED)' "$1" | tr '\n' ' '; }
 
-timeout 150 "$b/t" > "$out/tests.txt" 2>&1
+timeout 200 "$b/t" > "$out/tests.txt" 2>&1
 trc=$?
 log "tests rc=$trc $(passed "$out/tests.txt")"
 grep -E '^\[  FAILED' "$out/tests.txt" | head -8 | tee -a "$out/checks.txt"
-timeout 170 compute-sanitizer --tool memcheck --print-limit 5 "$b/t" \
-  --gtest_filter='*/CudaPrefill.*:CudaPrefill*' > "$out/memcheck.txt" 2>&1
-log "memcheck prefill rc=$? $(grep 'ERROR SUMMARY' "$out/memcheck.txt" | tail -1) $(passed "$out/memcheck.txt")"
-grep -m1 -A12 '^========= [A-Z]' "$out/memcheck.txt" | grep -v 'COMPUTE-SANITIZER' | head -12 |
-  tee -a "$out/checks.txt"
-KVFLASH_PREFILL_NO_TMA=1 timeout 80 compute-sanitizer --tool memcheck --print-limit 5 "$b/t" \
-  --gtest_filter='HeadDims/CudaPrefill.*:Paged/CudaPrefill.*' > "$out/memcheck_notma.txt" 2>&1
-log "memcheck NO_TMA rc=$? $(grep 'ERROR SUMMARY' "$out/memcheck_notma.txt" | tail -1) $(passed "$out/memcheck_notma.txt")"
+mc=${PREFILL_AB_MEMCHECK-'*/CudaPrefill.*:CudaPrefill*'}
+if [ -n "$mc" ]; then
+  timeout 170 compute-sanitizer --tool memcheck --print-limit 5 "$b/t" \
+    --gtest_filter="$mc" > "$out/memcheck.txt" 2>&1
+  log "memcheck $mc rc=$? $(grep 'ERROR SUMMARY' "$out/memcheck.txt" | tail -1) $(passed "$out/memcheck.txt")"
+  grep -m1 -A12 '^========= [A-Z]' "$out/memcheck.txt" | grep -v 'COMPUTE-SANITIZER' | head -12 |
+    tee -a "$out/checks.txt"
+fi
+nt=${PREFILL_AB_NOTMA-'HeadDims/CudaPrefill.*:Paged/CudaPrefill.*'}
+if [ -n "$nt" ]; then
+  KVFLASH_PREFILL_NO_TMA=1 timeout 80 compute-sanitizer --tool memcheck --print-limit 5 "$b/t" \
+    --gtest_filter="$nt" > "$out/memcheck_notma.txt" 2>&1
+  log "memcheck NO_TMA $nt rc=$? $(grep 'ERROR SUMMARY' "$out/memcheck_notma.txt" | tail -1) $(passed "$out/memcheck_notma.txt")"
+fi
 
 F="-r 5 --warmup 2 --heads 32/8 --head-dim 128"
 sets=("$F -d 8192 -n 8192 --ctk f16,q8_0,q4_0,turbo3"
@@ -76,11 +84,10 @@ if [ "$trc" = 0 ]; then
     log "round $r done at ${SECONDS}s"
   done
 fi
-if [ "$(left)" -gt 40 ]; then
+rc_filter=${PREFILL_AB_RACECHECK-'Pairs/CudaPrefill.*:Paged/CudaPrefill.*:CudaPrefillPages.*:CudaPrefillLengths.*'}
+if [ "$(left)" -gt 40 ] && [ -n "$rc_filter" ]; then
   KVFLASH_GPU_TEST_QUICK=1 timeout $(( $(left) - 20 )) compute-sanitizer --tool racecheck \
-    --error-exitcode 1 "$b/t" \
-    --gtest_filter='Pairs/CudaPrefill.*:Paged/CudaPrefill.*:CudaPrefillPages.*:CudaPrefillLengths.*' \
-    > "$out/racecheck.txt" 2>&1
+    --error-exitcode 1 "$b/t" --gtest_filter="$rc_filter" > "$out/racecheck.txt" 2>&1
   log "racecheck prefill rc=$? $(grep 'RACECHECK SUMMARY' "$out/racecheck.txt" | tail -1) $(passed "$out/racecheck.txt")"
 fi
 python3 - "$out" "${sides[@]}" <<'PY' | tee "$out/sides.md"

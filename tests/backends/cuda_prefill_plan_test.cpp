@@ -32,7 +32,7 @@ TEST(CudaPrefillLayout, RegionsAreAlignedDisjointAndFitTheDevice) {
       for (HeadDims d : SupportedSpace::head_dims) {
         const AttentionProblem p = problem(k, v, d);
         const PrefillLayout l = prefill_layout(p);
-        if (l.dkc > kMaxPrefillHeadDim || l.dvc > kMaxPrefillHeadDim) continue;
+        if (is_wide(l.dv_bucket)) continue;  // WideLayout... below
         SCOPED_TRACE(describe(p));
         EXPECT_EQ(l.dkc % 16, 0);
         EXPECT_EQ(l.dvc % 16, 0);
@@ -107,6 +107,50 @@ TEST(CudaPrefillLayout, RegionsAreAlignedDisjointAndFitTheDevice) {
         EXPECT_GE(l.smem_total, l.smem_main + kSwizzleAlign);
         // The whole CTA fits the Hopper opt-in limit (227 KB) with its static shared memory.
         EXPECT_LE(l.smem_total + 256, size_t{227} * 1024);
+      }
+    }
+  }
+}
+
+// The wide instance (head dims 512 and 576/512): Q's tile of qk_dims columns, one operand tile per
+// tensor (direct: at its stage offset; quantized and f32: at the decoded offset), the turbo
+// scratch inside K's tile, for every type pair, within the device's shared memory.
+TEST(CudaPrefillLayout, WideLayoutHoldsOneTilePerTensorAndFitsTheDevice) {
+  for (KvType k : kAllKvTypes) {
+    for (KvType v : kAllKvTypes) {
+      for (HeadDims d : {HeadDims{512, 512}, HeadDims{576, 512}}) {
+        const AttentionProblem p = problem(k, v, d);
+        SCOPED_TRACE(describe(p));
+        const PrefillLayout l = prefill_layout(p);
+        ASSERT_EQ(l.dv_bucket, kWideBucket);
+        EXPECT_FALSE(tma_kernel_pair(l.k_mode, l.v_mode, l.dv_bucket));
+        EXPECT_EQ(l.block_rows, 64);
+        EXPECT_EQ(l.n_stages, 1);
+        EXPECT_LE(l.dkc, qk_dims(k, l.dv_bucket));
+        EXPECT_LE(l.dvc, kWideBucket);
+        EXPECT_EQ(v_tiles(l.dv_bucket) * 8 * 2, kWideBucket);  // two warpgroups' slices
+        const int32_t k_at = l.k_mode == TileMode::direct ? l.k_stage_off : l.k_dec_off;
+        const int32_t v_at = l.v_mode == TileMode::direct ? l.v_stage_off : l.v_dec_off;
+        const std::vector<Region> r = {
+            {l.q_off, l.q_off + swizzled_bytes(64, qk_dims(k, l.dv_bucket))},
+            {k_at, k_at + swizzled_bytes(kTileKeys, l.dkc)},
+            {v_at, v_at + swizzled_bytes(kTileKeys, kWideBucket)}};
+        for (size_t i = 0; i < r.size(); ++i) {
+          EXPECT_EQ(r[i].lo % kSwizzleAlign, 0) << "region " << i;
+          EXPECT_LE(r[i].hi, static_cast<int64_t>(l.smem_main));
+          if (i > 0) {
+            EXPECT_LE(r[i - 1].hi, r[i].lo) << "regions " << i - 1 << ", " << i;
+          }
+        }
+        if (is_rotated(k)) {
+          EXPECT_GE(l.scratch_off, r[1].lo);
+          EXPECT_LE(l.scratch_off + kWarps * 128 * 4, r[1].hi);
+        }
+        EXPECT_EQ(l.out_stride, l.dvc + 4);
+        EXPECT_GE(l.smem_total, l.smem_epilogue + kSwizzleAlign);
+        EXPECT_GE(l.smem_total, l.smem_main + kSwizzleAlign);
+        EXPECT_LE(l.smem_total + 256, size_t{227} * 1024);
+        EXPECT_EQ(l.n_row_blocks, (p.n_q_tokens * p.group() + 63) / 64);
       }
     }
   }

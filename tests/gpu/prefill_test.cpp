@@ -1,6 +1,6 @@
 // The CUDA prefill kernels (cuda.prefill: more than 32 query tokens, common/routing.hpp) against
 // the float64 reference on device buffers: every default K/V pair at head dim 128, every head dim
-// but 512 and 576/512 with f16 and q8_0/turbo3, fresh prompts of 33 ... 2048 tokens and chunks of
+// with f16 and q8_0/turbo3 (512 and 576/512: every default pair, a batch, a split), fresh prompts of 33 ... 2048 tokens and chunks of
 // 512 and 2048 queries onto 8K and 32K caches, 33 and 64 queries onto 20K keys (split many ways and
 // merged), causal and not, each feature alone and all together, paged caches with shuffled tables
 // (pages of 16 and 64 tokens), batches of sequences of different device lengths (40 of them: a grid
@@ -182,13 +182,14 @@ std::vector<PrefillCase> pair_cases() {
 }
 INSTANTIATE_TEST_SUITE_P(Pairs, CudaPrefill, ::testing::ValuesIn(pair_cases()), param_name);
 
-// Every head dim the contract serves (512 and 576/512 are refused for now), with float rows and
-// with q8_0 K and rotated V (int8 Q.K^T, inverse rotation of the output); turbo rows of 80 or 96
-// values are padded to one 128-value group.
+// Every head dim the contract serves, with float rows and with q8_0 K and rotated V (int8 Q.K^T,
+// inverse rotation of the output); turbo rows of 80 or 96 values are padded to one 128-value
+// group. 512 and 576/512 run the wide kernel (both warpgroups on the same rows, each half of V's
+// dims): also every other default pair, f32, a batch and a split (2 KV heads of 40 queries over
+// 5000 keys: a grid smaller than the device, merged).
 std::vector<PrefillCase> head_dim_cases() {
   std::vector<PrefillCase> out;
-  for (const HeadDims d : {HeadDims{64, 64}, HeadDims{80, 80}, HeadDims{96, 96}, HeadDims{112, 112},
-                           HeadDims{192, 128}, HeadDims{256, 256}})
+  for (const HeadDims d : SupportedSpace::head_dims)
     for (const auto& [k, v] :
          {std::pair{KvType::f16, KvType::f16}, std::pair{KvType::q8_0, KvType::turbo3}}) {
       PrefillCase c;
@@ -198,6 +199,30 @@ std::vector<PrefillCase> head_dim_cases() {
       c.lens = {700};
       out.push_back(c);
     }
+  for (const HeadDims d : {HeadDims{512, 512}, HeadDims{576, 512}}) {
+    for (const cuda::KvTypePair& pair : cuda::kDefaultPairs) {
+      if (pair.k == KvType::f16 || (pair.k == KvType::q8_0 && pair.v == KvType::turbo3)) continue;
+      PrefillCase c;
+      c.head_dim = d;
+      c.k_type = pair.k;
+      c.v_type = pair.v;
+      c.lens = {300};
+      out.push_back(c);
+    }
+    PrefillCase batch;
+    batch.head_dim = d;
+    batch.k_type = batch.v_type = KvType::q4_0;
+    batch.lens = {1000, 517, 100};
+    out.push_back(batch);
+    PrefillCase split;
+    split.head_dim = d;
+    split.k_type = KvType::turbo4;
+    split.v_type = KvType::turbo4;
+    split.n_q_tokens = 40;
+    split.lens = {5000};
+    split.sinks = true;
+    out.push_back(split);
+  }
   return out;
 }
 INSTANTIATE_TEST_SUITE_P(HeadDims, CudaPrefill, ::testing::ValuesIn(head_dim_cases()), param_name);
@@ -524,16 +549,18 @@ TEST(CudaPrefillPlan, SelectionSplitsAtTheMeasuredCrossover) {
   const Expected<Plan> decode_above = plan_cuda(p, kDecode);
   ASSERT_FALSE(decode_above.ok());
 
-  // The head dims the kernel does not serve yet are refused by "head_dim", nothing else.
-  for (const HeadDims d : {HeadDims{512, 512}, HeadDims{576, 512}}) {
-    AttentionProblem big = p;
-    big.head_dim = d;
-    big.n_kv_heads = 1;
-    const Expected<Plan> r = plan_cuda(big, kPrefill);
-    if (!r.ok()) {
-      EXPECT_NE(r.error().message.find("head_dim"), std::string::npos) << r.error().message;
+  // Every head dim of the supported space takes cuda.prefill, the widest ones included, with
+  // every pair this build compiled.
+  for (const HeadDims d : SupportedSpace::head_dims)
+    for (const cuda::KvTypePair& pair : cuda::kDefaultPairs) {
+      AttentionProblem any = p;
+      any.head_dim = d;
+      any.k_type = pair.k;
+      any.v_type = pair.v;
+      any.n_kv_heads = 1;
+      KVFLASH_ASSIGN_OR_FAIL(pl, plan_cuda(any));
+      EXPECT_EQ(pl.kernel->name, kPrefill) << describe(any);
     }
-  }
 
   // Lengths are read on the device: the plan's validation refuses tensors without them.
   const HostInputs in = make_inputs(p, {4096}, 5);

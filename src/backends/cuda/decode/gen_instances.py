@@ -160,7 +160,7 @@ def table_file():
 
 
 # The prefill family (../prefill): one kernel per (K, V, V-dim bucket), the same pairs per build.
-DV_BUCKETS = [128, 256]
+DV_BUCKETS = [128, 256, 512]  # prefill_plan.hpp dims_bucket (512: the wide instance)
 PREFILL = os.path.join("..", "prefill", "instances")
 
 

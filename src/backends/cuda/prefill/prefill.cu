@@ -24,7 +24,9 @@ constexpr PrefillInstance instance() {
 #include "backends/cuda/prefill/instances/prefill_table.inc"
 
 const PrefillInstance& prefill_instance(KvType k, KvType v, int dv_bucket) {
-  return kPrefillInstances[static_cast<int>(k)][static_cast<int>(v)][dv_bucket <= 128 ? 0 : 1];
+  return kPrefillInstances[static_cast<int>(k)][static_cast<int>(v)][dv_bucket <= 128   ? 0
+                                                                     : dv_bucket <= 256 ? 1
+                                                                                        : 2];
 }
 
 PrefillMergeLaunch prefill_merge_launch(bool rotated_v) {

@@ -42,11 +42,10 @@ std::optional<std::string> reject_q_tokens(const AttentionProblem& p) {
 
 std::optional<std::string> reject_head_dim(const AttentionProblem& p) {
   const PrefillLayout l = prefill_layout(p);
-  if (l.dkc <= kMaxPrefillHeadDim && l.dvc <= kMaxPrefillHeadDim) return std::nullopt;
-  return fmt::format(
-      "head dims {}/{} are above {} (cuda.prefill serves 64..256 so far; the CPU "
-      "backend serves 512 and 576/512)",
-      p.head_dim.k, p.head_dim.v, kMaxPrefillHeadDim);
+  const int32_t max_dk = qk_dims(p.k_type, kWideBucket);
+  if (l.dkc <= max_dk && l.dvc <= kWideBucket) return std::nullopt;
+  return fmt::format("head dims {}/{} compute as {}/{}, above {}/{} (cuda.prefill's widest instance)",
+                     p.head_dim.k, p.head_dim.v, l.dkc, l.dvc, max_dk, kWideBucket);
 }
 
 std::optional<std::string> reject_grid(const AttentionProblem& p) {

@@ -1,6 +1,6 @@
-// The prefill kernel instances: one per (K type, V type, V-dim bucket 128 or 256), defined in the
-// generated files instances/{default_pairs,all_pairs}/ (generator: decode/gen_instances.py; a build
-// compiles one of the two sets, KVFLASH_CUDA_ALL_PAIRS, with the same pairs as decode).
+// The prefill kernel instances: one per (K type, V type, V-dim bucket 128, 256 or 512), defined in
+// the generated files instances/{default_pairs,all_pairs}/ (generator: decode/gen_instances.py; a
+// build compiles one of the two sets, KVFLASH_CUDA_ALL_PAIRS, with the same pairs as decode).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -4,11 +4,13 @@
 // whole-window temporary). Two ways to feed them: this file's kernel, whose threads copy each
 // tile (cp.async; f32 rows converted as they are read) into two stages, for every pair and
 // layout; and the TMA-fed, warp-specialized kernel of prefill_tma_kernel.cuh for the pairs of
-// tma_kernel_pair whose tensors prefill_tma_view describes. launch_prefill picks by p.tma.
+// tma_kernel_pair whose tensors prefill_tma_view describes. launch_prefill picks by p.tma; head
+// dims above 256 (the wide bucket) run prefill_wide_kernel.cuh's kernel.
 #pragma once
 
 #include "backends/cuda/prefill/prefill_tiles.cuh"
 #include "backends/cuda/prefill/prefill_tma_kernel.cuh"
+#include "backends/cuda/prefill/prefill_wide_kernel.cuh"
 
 namespace kvflash::cuda::prefill {
 
@@ -49,10 +51,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     cp_async_commit();
   };
   if (n_tiles > 0) issue(0);
-  stage_q<KT, kRows, DVB>(p, cta, sq, reinterpret_cast<float*>(smem + p.scratch_off) + warp * 128,
-                          sign_words, tid);
+  stage_q<KT, kRows, qk_dims(KT, DVB)>(
+      p, cta, sq, reinterpret_cast<float*>(smem + p.scratch_off) + warp * 128, sign_words, tid);
 
-  LaneRows<kMT, DVB / 8> rows;
+  LaneRows<kMT, v_tiles(DVB)> rows;
   rows.init(cta, warp, g);
   const int64_t pq_lo = cta.first_q + cta.row0 / p.group;
   const int64_t pq_hi = cta.first_q + (cta.row_end - 1) / p.group;
@@ -90,32 +92,39 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // The instance's entry points (prefill.cu's table): pairs of tma_kernel_pair with p.tma run the
-// TMA kernel.
+// TMA kernel, the wide bucket the wide kernel (prefill_wide_kernel.cuh).
 template <KvType KT, KvType VT, int DVB>
 constexpr bool has_tma_kernel() {
   return tma_kernel_pair(tile_mode(KT), tile_mode(VT), DVB);
 }
 template <KvType KT, KvType VT, int DVB>
 cudaError_t prepare_prefill(size_t smem) {
-  if constexpr (has_tma_kernel<KT, VT, DVB>()) {
-    if (cudaError_t e = cudaFuncSetAttribute(prefill_tma_kernel<KT, VT, DVB>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(smem));
-        e != cudaSuccess)
-      return e;
+  const auto allow = [&](auto kernel) {
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(smem));
+  };
+  if constexpr (is_wide(DVB)) {
+    return allow(prefill_wide_kernel<KT, VT, DVB>);
+  } else {
+    if constexpr (has_tma_kernel<KT, VT, DVB>()) {
+      if (cudaError_t e = allow(prefill_tma_kernel<KT, VT, DVB>); e != cudaSuccess) return e;
+    }
+    return allow(prefill_kernel<KT, VT, DVB>);
   }
-  return cudaFuncSetAttribute(prefill_kernel<KT, VT, DVB>,
-                              cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
 }
 template <KvType KT, KvType VT, int DVB>
 void launch_prefill(const PrefillParams& p, dim3 grid, size_t smem, cudaStream_t stream) {
-  if constexpr (has_tma_kernel<KT, VT, DVB>()) {
-    if (p.tma) {
-      prefill_tma_kernel<KT, VT, DVB><<<grid, kTmaThreads, smem, stream>>>(p);
-      return;
+  if constexpr (is_wide(DVB)) {
+    prefill_wide_kernel<KT, VT, DVB><<<grid, kThreads, smem, stream>>>(p);
+  } else {
+    if constexpr (has_tma_kernel<KT, VT, DVB>()) {
+      if (p.tma) {
+        prefill_tma_kernel<KT, VT, DVB><<<grid, kTmaThreads, smem, stream>>>(p);
+        return;
+      }
     }
+    prefill_kernel<KT, VT, DVB><<<grid, kThreads, smem, stream>>>(p);
   }
-  prefill_kernel<KT, VT, DVB><<<grid, kThreads, smem, stream>>>(p);
 }
 
 }  // namespace kvflash::cuda::prefill

@@ -46,31 +46,35 @@ __global__ void __launch_bounds__(kThreads)
   for (int k = 16; k > 0; k >>= 1) m_max = fmaxf(m_max, __shfl_xor_sync(0xffffffffu, m_max, k));
   const float ref = state_ref(m_max);
 
-  // o and l folded with each split's weight; lanes hold float4s d4 = lane, lane + 32 (dvc <= 256).
+  // o and l folded with each split's weight, 256 dims at a time: lanes hold float4s d4 = c + lane,
+  // c + lane + 32.
   const int nv4 = p.dvc / 4;
-  float4 acc[2] = {make_float4(0.f, 0.f, 0.f, 0.f), make_float4(0.f, 0.f, 0.f, 0.f)};
+  float* row = merged + warp * p.dvc;
   float l = 0.0f;
-  for (int s = 0; s < p.n_splits; ++s) {
-    const float* ml = p.part + p.parts.ml_at(slot0 + s, r);
-    const float w = state_weight_exp2(ml[0], ref);
-    l += ml[1] * w;
-    const float4* o = reinterpret_cast<const float4*>(p.part + p.parts.o_at(slot0 + s, r));
+  for (int c = 0; c < nv4; c += 64) {
+    float4 acc[2] = {make_float4(0.f, 0.f, 0.f, 0.f), make_float4(0.f, 0.f, 0.f, 0.f)};
+    l = 0.0f;
+    for (int s = 0; s < p.n_splits; ++s) {
+      const float* ml = p.part + p.parts.ml_at(slot0 + s, r);
+      const float w = state_weight_exp2(ml[0], ref);
+      l += ml[1] * w;
+      const float4* o = reinterpret_cast<const float4*>(p.part + p.parts.o_at(slot0 + s, r));
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const int d4 = lane + 32 * k;
-      if (d4 < nv4) {
-        const float4 v = o[d4];
-        acc[k].x += v.x * w;
-        acc[k].y += v.y * w;
-        acc[k].z += v.z * w;
-        acc[k].w += v.w * w;
+      for (int k = 0; k < 2; ++k) {
+        const int d4 = c + lane + 32 * k;
+        if (d4 < nv4) {
+          const float4 v = o[d4];
+          acc[k].x += v.x * w;
+          acc[k].y += v.y * w;
+          acc[k].z += v.z * w;
+          acc[k].w += v.w * w;
+        }
       }
     }
-  }
-  float* row = merged + warp * p.dvc;
 #pragma unroll
-  for (int k = 0; k < 2; ++k)
-    if (lane + 32 * k < nv4) reinterpret_cast<float4*>(row)[lane + 32 * k] = acc[k];
+    for (int k = 0; k < 2; ++k)
+      if (c + lane + 32 * k < nv4) reinterpret_cast<float4*>(row)[c + lane + 32 * k] = acc[k];
+  }
   __syncwarp();
   if constexpr (kRotatedV) {
     for (int g0 = 0; g0 < p.dvc; g0 += 128) inverse_rotate_group(row + g0, lane, sign_words);

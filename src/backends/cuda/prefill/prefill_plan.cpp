@@ -40,10 +40,29 @@ PrefillLayout prefill_layout(const AttentionProblem& p) {
   l.v_slot = l.v_mode == TileMode::raw ? raw_slot(l.v_row_bytes) : 0;
   const int32_t k_tile = swizzled_bytes(kTileKeys, l.dkc);
   const int32_t v_tile = swizzled_bytes(kTileKeys, l.dv_bucket);
+  const int64_t rows = int64_t{p.n_q_tokens} * p.group();
+  l.n_row_blocks = static_cast<int32_t>((rows + l.block_rows - 1) / l.block_rows);
+  l.out_stride = l.dvc + 4;
+  l.smem_epilogue = size_t(l.block_rows) * l.out_stride * 4;
 
   int32_t off = 0;
   l.q_off = off;
-  off += swizzled_bytes(l.block_rows, l.dv_bucket);  // zero columns past dkc: see qk_tile
+  off += swizzled_bytes(l.block_rows, qk_dims(p.k_type, l.dv_bucket));  // see qk_tile
+  if (is_wide(l.dv_bucket)) {
+    // One operand tile per tensor: a direct tensor's at its stage offset, the others' at their
+    // decoded offset; the turbo scratch inside K's.
+    l.n_stages = 1;
+    off = round_up(off, kSwizzleAlign);
+    (l.k_mode == TileMode::direct ? l.k_stage_off : l.k_dec_off) = off;
+    l.scratch_off = is_rotated(p.k_type) ? off : 0;
+    off += k_tile;
+    (l.v_mode == TileMode::direct ? l.v_stage_off : l.v_dec_off) = off;
+    off += v_tile;
+    l.stage_bytes = 0;
+    l.smem_main = static_cast<size_t>(off);
+    l.smem_total = std::max(l.smem_main, l.smem_epilogue) + kSwizzleAlign;
+    return l;
+  }
   // One stage: K's tile (operand tile, or raw slots and their leads), then V's; operand tiles
   // at multiples of kSwizzleAlign (so every stage starts at one).
   int32_t stage = 0;
@@ -85,11 +104,7 @@ PrefillLayout prefill_layout(const AttentionProblem& p) {
     off += scratch;
   }
   l.smem_main = static_cast<size_t>(off);
-  l.out_stride = l.dvc + 4;
-  l.smem_epilogue = size_t(l.block_rows) * l.out_stride * 4;
   l.smem_total = std::max(l.smem_main, l.smem_epilogue) + kSwizzleAlign;
-  const int64_t rows = int64_t{p.n_q_tokens} * p.group();
-  l.n_row_blocks = static_cast<int32_t>((rows + l.block_rows - 1) / l.block_rows);
   return l;
 }
 

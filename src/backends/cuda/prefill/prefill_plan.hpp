@@ -23,8 +23,22 @@ inline constexpr int kTileKeys = 64;
 constexpr int m_tiles(int) {
   return 1;
 }
+// The wide instance (V dims above 256, K dims above 256: head dims 512 and 576/512): both
+// warpgroups own the same 64 rows, each 256 of the V dims (the accumulators of 512 would not fit
+// one warpgroup's registers), and each computes the rows' S = Q.K^T itself; one buffer per tensor
+// (a 576-dim K tile is 72 KiB), quantized tiles decoded by the threads straight from global memory
+// into the operand tile.
+inline constexpr int kWideBucket = 512;
+inline constexpr int kWideSliceDims = 256;  // V dims per warpgroup
+constexpr bool is_wide(int dv_bucket) {
+  return dv_bucket > 256;
+}
 constexpr int block_rows(int dv_bucket) {  // query rows per CTA
-  return 16 * m_tiles(dv_bucket) * kWarps;
+  return is_wide(dv_bucket) ? 64 : 16 * m_tiles(dv_bucket) * kWarps;
+}
+// The n-tiles (8 V dims) of a warpgroup's accumulators.
+constexpr int v_tiles(int dv_bucket) {
+  return (is_wide(dv_bucket) ? kWideSliceDims : dv_bucket) / 8;
 }
 inline constexpr int kStages = 2;  // K/V tiles in flight: the next one loads while one computes
 // The TMA kernel (f16 / bf16 K and V): the two MMA warpgroups and a producer warpgroup whose one
@@ -33,7 +47,6 @@ inline constexpr int kStages = 2;  // K/V tiles in flight: the next one loads wh
 inline constexpr int kTmaThreads = kThreads + 128;
 inline constexpr int kMaxTmaStages = 4;
 inline constexpr int32_t kTmaSmemBudget = 200 * 1024;
-inline constexpr int32_t kMaxPrefillHeadDim = 256;
 
 // How a tensor's tiles reach the MMA operand tile (16-bit rows):
 //   direct   f16 / bf16: cp.async straight into each stage's operand tile;
@@ -52,14 +65,22 @@ constexpr TileMode tile_mode(KvType t) {
 // used), and quantized ones only in the 128-dim instance (its MMA warps decode the tiles within
 // the 240 registers the producer warpgroup leaves them).
 constexpr bool tma_kernel_pair(TileMode k, TileMode v, int32_t dv_bucket) {
-  if (k == TileMode::convert || v == TileMode::convert) return false;
+  if (k == TileMode::convert || v == TileMode::convert || is_wide(dv_bucket)) return false;
   return (k == TileMode::direct && v == TileMode::direct) || dv_bucket <= 128;
 }
 
-// The kernel instances: 128 when both computed dims are at most 128 (two M tiles per warp, 256
-// rows per CTA), else 256 (one M tile, the accumulators of 256 V dims).
+// The kernel instances: 128 when both computed dims are at most 128, 256 when both are at most
+// 256 (the accumulators of 256 V dims), else the wide one (kWideBucket).
 constexpr int32_t dims_bucket(int32_t dkc, int32_t dvc) {
-  return dkc <= 128 && dvc <= 128 ? 128 : 256;
+  if (dkc <= 128 && dvc <= 128) return 128;
+  return dkc <= 256 && dvc <= 256 ? 256 : kWideBucket;
+}
+// The Q operand tile's columns, the dims qk_tile steps over (those past dkc read Q's zeros): the
+// bucket, or for the wide instance the largest computed K dim of the supported space (576, turbo
+// padded to 640). Computed dims above it (or V dims above kWideBucket) are not served.
+constexpr int32_t qk_dims(KvType k, int32_t dv_bucket) {
+  if (!is_wide(dv_bucket)) return dv_bucket;
+  return is_rotated(k) ? 640 : 576;
 }
 
 // Operand tiles (Q, and K / V as the MMAs read them) in the 128-byte swizzle of Hopper's warpgroup
@@ -86,7 +107,7 @@ struct PrefillLayout {
   TileMode k_mode = TileMode::direct, v_mode = TileMode::direct;
   int32_t k_slot = 0, v_slot = 0;  // bytes per raw row (raw tensors): the row and its lead
   int32_t block_rows = 0;          // query rows per CTA (block_rows(dv_bucket))
-  int32_t q_off = 0;               // Q operand tile (block_rows rows x dv_bucket)
+  int32_t q_off = 0;               // Q operand tile (block_rows rows x qk_dims)
   // Per stage: K's tile (direct: the operand tile of kTileKeys x dkc; raw: slots and their lead
   // bytes), then V's (operand tile of kTileKeys x dv_bucket: the P.V MMA reads every column of
   // the instance). Stage s at off + s * stage_bytes.
@@ -96,8 +117,11 @@ struct PrefillLayout {
   int32_t k_dec_off = 0, v_dec_off = 0;    // the decoded operand tiles (raw, convert)
   // Decoded tiles come in n_dec sets dec_stride bytes apart: two for the TMA kernel (tile j
   // decoded into set j % 2 while the other warpgroup may still read set (j - 1) % 2), one else.
+  // The wide instance: one stage of the direct tensors' operand tiles, no raw slots (quantized
+  // and f32 tiles are decoded from global memory into their k_dec_off / v_dec_off tiles).
   int32_t n_dec = 1, dec_stride = 0;
-  int32_t scratch_off = 0;  // turbo K: one 128-float group per warp for Q's rotation
+  int32_t scratch_off = 0;  // turbo K: one 128-float group per warp for Q's rotation (the wide
+                            // instance: in K's operand tile, unused until the first tile)
   int32_t out_stride = 0;   // floats per row of the epilogue's output staging
   size_t smem_main = 0, smem_epilogue = 0, smem_total = 0;  // total: + the alignment slack
   int32_t n_row_blocks = 0;                                 // CTAs per (sequence, KV head)

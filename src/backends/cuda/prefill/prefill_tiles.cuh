@@ -110,47 +110,70 @@ __device__ __forceinline__ void convert_tile(const PrefillParams& p, const TileC
   }
 }
 
-// Decodes a stage's raw rows of quantized type T into the f16 operand tile: values in
-// the storage domain (turbo: rotated, norm x centroid), `dc` computed dims per row. (A row's
-// format is the same for K and V, so V tiles go through K's fragment decoders too.)
+// One work item of a decoded tile: 32-dim block b of row r, thread slot t (eight values): decode's
+// K fragment decoders give them as f16 pairs (turbo: centroids, times the group's norm here),
+// k_frag_dim_words puts them in dim order, written into the f16 operand tile `dst` (storage
+// domain: turbo rotated). kEmpty: rows outside the range (src null) get zeros. (A row's format is
+// the same for K and V, so V tiles go through K's fragment decoders too.)
+template <KvType T, bool kEmpty>
+__device__ __forceinline__ void decode_item(const uint8_t* src, int r, int b, int t, uint8_t* dst,
+                                            const TurboLut<T>& tlut) {
+  frag4 f = make_frag4(0u, 0u, 0u, 0u);
+  if (!kEmpty || src != nullptr) {
+    if constexpr (is_rotated(T)) {
+      f = k_frag_turbo<T>(src, b, t, tlut);
+      const uint32_t n = turbo_norm<T>(src, b >> 2), n2 = n | (n << 16);
+      f = make_frag4(h2_mul(f.x, n2), h2_mul(f.y, n2), h2_mul(f.z, n2), h2_mul(f.w, n2));
+    } else {
+      f = k_frag_quant<T>(src, b, t);
+    }
+  }
+  int dim[4];
+  uint32_t w[4];
+  k_frag_dim_words<T>(f, b, t, dim, w);
+  // A run of 2 kRun values starts at a multiple of 2 kRun dims: one swizzle chunk holds it.
+  const auto at = [&](int d) { return dst + swizzled_offset(r, d, kTileKeys); };
+  constexpr int kRun = k_frag_run_words<T>();
+  if constexpr (kRun == 4) {
+    *reinterpret_cast<uint4*>(at(dim[0])) = make_uint4(w[0], w[1], w[2], w[3]);
+  } else if constexpr (kRun == 2) {
+    *reinterpret_cast<uint2*>(at(dim[0])) = make_uint2(w[0], w[1]);
+    *reinterpret_cast<uint2*>(at(dim[2])) = make_uint2(w[2], w[3]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) *reinterpret_cast<uint32_t*>(at(dim[k])) = w[k];
+  }
+}
+
+// Decodes a stage's raw rows of quantized type T into the f16 operand tile, `dc` computed dims
+// per row; work items (row, 32-dim block, thread slot) as decode_item's.
 template <KvType T>
 __device__ __forceinline__ void decode_tile(const uint8_t* raw, const uint8_t* leads, int slot,
                                             uint8_t* dst, int dc, const FastDiv& div_items,
                                             int tid) {
-  {
-    // Work items: (row, 32-dim block b, thread slot t): decode's K fragment decoders give the
-    // eight values as f16 pairs (turbo: centroids, times the group's norm here), k_frag_dim_words
-    // puts them in dim order.
-    const int per_row = dc / 32 * 4, total = kTileKeys * per_row;
-    TurboLut<T> tlut;
-    if constexpr (is_rotated(T)) tlut.init();
-    for (int i = tid; i < total; i += kThreads) {
-      const int r = fdiv(i, div_items), bt = i - r * per_row, b = bt >> 2, t = bt & 3;
-      const uint8_t* src = raw + r * slot + leads[r];
-      frag4 f;
-      if constexpr (is_rotated(T)) {
-        f = k_frag_turbo<T>(src, b, t, tlut);
-        const uint32_t n = turbo_norm<T>(src, b >> 2), n2 = n | (n << 16);
-        f = make_frag4(h2_mul(f.x, n2), h2_mul(f.y, n2), h2_mul(f.z, n2), h2_mul(f.w, n2));
-      } else {
-        f = k_frag_quant<T>(src, b, t);
-      }
-      int dim[4];
-      uint32_t w[4];
-      k_frag_dim_words<T>(f, b, t, dim, w);
-      // A run of 2 kRun values starts at a multiple of 2 kRun dims: one swizzle chunk holds it.
-      const auto at = [&](int d) { return dst + swizzled_offset(r, d, kTileKeys); };
-      constexpr int kRun = k_frag_run_words<T>();
-      if constexpr (kRun == 4) {
-        *reinterpret_cast<uint4*>(at(dim[0])) = make_uint4(w[0], w[1], w[2], w[3]);
-      } else if constexpr (kRun == 2) {
-        *reinterpret_cast<uint2*>(at(dim[0])) = make_uint2(w[0], w[1]);
-        *reinterpret_cast<uint2*>(at(dim[2])) = make_uint2(w[2], w[3]);
-      } else {
-#pragma unroll
-        for (int k = 0; k < 4; ++k) *reinterpret_cast<uint32_t*>(at(dim[k])) = w[k];
-      }
-    }
+  const int per_row = dc / 32 * 4, total = kTileKeys * per_row;
+  TurboLut<T> tlut;
+  if constexpr (is_rotated(T)) tlut.init();
+  for (int i = tid; i < total; i += kThreads) {
+    const int r = fdiv(i, div_items), bt = i - r * per_row, b = bt >> 2, t = bt & 3;
+    decode_item<T, false>(raw + r * slot + leads[r], r, b, t, dst, tlut);
+  }
+}
+
+// The same for keys [k0, k0 + kTileKeys) read straight from the tensor in global memory (the wide
+// instance, which stages no raw rows); rows past the range's end zero.
+template <KvType T>
+__device__ __forceinline__ void decode_rows(const PrefillParams& p, const TileCopy& c,
+                                            const PrefillCta& cta, int64_t k0, uint8_t* dst, int dc,
+                                            const FastDiv& div_items, int tid, int* bad_input) {
+  const int per_row = dc / 32 * 4, total = kTileKeys * per_row;
+  TurboLut<T> tlut;
+  if constexpr (is_rotated(T)) tlut.init();
+  for (int i = tid; i < total; i += kThreads) {
+    const int r = fdiv(i, div_items), bt = i - r * per_row, b = bt >> 2, t = bt & 3;
+    const bool valid = k0 + r < cta.keys.hi;
+    const uint8_t* src = valid ? tile_row(p, c, cta, k0 + r, true, bad_input) : nullptr;
+    decode_item<T, true>(src, r, b, t, dst, tlut);
   }
 }
 
@@ -469,18 +492,22 @@ struct LaneRows {
 
 // One tile's S = Q.K^T, scores, online softmax and O += P.V for a warpgroup's rows (sk, sv: the
 // tile's operand tiles); V rows of keys no row weighs zeroed first where the tile may hide keys
-// (`hidden_calls` counts zero_hidden_v's calls).
+// (`hidden_calls` counts zero_hidden_v's calls). The wide instance: both warpgroups compute the
+// same rows' S, each P.V over its slice of V's dims.
 template <KvType KT, KvType VT, int DVB>
 __device__ __forceinline__ void attend_tile(const PrefillParams& p, const PrefillCta& cta,
-                                            LaneRows<m_tiles(DVB), DVB / 8>& st, uint32_t sq_addr,
-                                            const uint8_t* sk, uint8_t* sv, int64_t k0, bool masked,
-                                            WeighedMarks& marks, int& hidden_calls, int tid) {
-  constexpr int kMT = m_tiles(DVB), kVt = DVB / 8;
+                                            LaneRows<m_tiles(DVB), v_tiles(DVB)>& st,
+                                            uint32_t sq_addr, const uint8_t* sk, uint8_t* sv,
+                                            int64_t k0, bool masked, WeighedMarks& marks,
+                                            int& hidden_calls, int tid) {
+  constexpr int kMT = m_tiles(DVB), kVt = v_tiles(DVB);
+  constexpr bool kWide = is_wide(DVB);
   const int lane = tid & 31, wg = tid >> 7, t = lane & 3;
   uint4 pa[kMT][4];
   {
     float s[kMT][8][4];
-    qk_tile<KT == KvType::bf16, kMT, DVB>(s, sq_addr, smem_addr(sk), block_rows(DVB), p.dkc, wg);
+    qk_tile<KT == KvType::bf16, kMT, qk_dims(KT, DVB)>(s, sq_addr, smem_addr(sk), block_rows(DVB),
+                                                       p.dkc, kWide ? 0 : wg);
 #pragma unroll
     for (int m = 0; m < kMT; ++m) {
       score_tile(p, cta, s[m], st.row[m], k0, masked, t);
@@ -489,7 +516,9 @@ __device__ __forceinline__ void attend_tile(const PrefillParams& p, const Prefil
     }
   }
   if (masked || p.has_mask) zero_hidden_v<kMT>(pa, sv, DVB / 64, marks, hidden_calls++, tid, lane);
-  pv_tile<VT == KvType::bf16, kMT, kVt>(st.o, pa, smem_addr(sv));
+  // (the wide instance: the warpgroup's slice starts kWideSliceDims / 64 atoms into V's tile)
+  const uint32_t v_slice = kWide ? wg * (kWideSliceDims / 64) * kTileKeys * 128 : 0;
+  pv_tile<VT == KvType::bf16, kMT, kVt>(st.o, pa, smem_addr(sv) + v_slice);
 }
 
 // Epilogue (the MMA warps, after a barrier of theirs: the tiles are done, bad_input is final):
@@ -498,12 +527,20 @@ __device__ __forceinline__ void attend_tile(const PrefillParams& p, const Prefil
 // its rows' partial states (PrefillParts) the same way: o as accumulated (storage domain, not
 // rotated), m in natural-log units and l beside it, for prefill_merge_kernel. Bad input: NaN in
 // out and lse (in o and l of a partial state, so that the merged row is NaN too).
+//
+// The wide instance: warps w and w + 4 hold the same rows, each its warpgroup's slice of the dims
+// [d0, d1); they stage into the same rows, each its own columns, and write those (the first
+// warpgroup the rows' m, l and lse).
 template <KvType VT, int DVB>
 __device__ __forceinline__ void write_rows(const PrefillParams& p, const PrefillCta& cta,
-                                           const LaneRows<m_tiles(DVB), DVB / 8>& st, bool bad,
+                                           const LaneRows<m_tiles(DVB), v_tiles(DVB)>& st, bool bad,
                                            uint8_t* smem, const uint32_t* sign_words, int tid) {
-  constexpr int kMT = m_tiles(DVB), kVt = DVB / 8, kWarpRows = 16 * kMT;
-  const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  constexpr int kMT = m_tiles(DVB), kVt = v_tiles(DVB), kWarpRows = 16 * kMT;
+  constexpr bool kWide = is_wide(DVB);
+  // (warp: of the warp's rows; the dims [d0, d1) it writes)
+  const int lane = tid & 31, warp = kWide ? (tid >> 5) & 3 : tid >> 5, g = lane >> 2, t = lane & 3;
+  const int d0 = kWide ? (tid >> 7) * kWideSliceDims : 0;
+  const auto d1 = [&] { return kWide ? min(d0 + kWideSliceDims, p.dvc) : p.dvc; };
   const bool partial = p.n_splits > 1;
   const float nan = __int_as_float(0x7fc00000);
   float* so = reinterpret_cast<float*>(smem) + warp * kWarpRows * p.out_stride;
@@ -525,14 +562,14 @@ __device__ __forceinline__ void write_rows(const PrefillParams& p, const Prefill
       const StateFinal fin = partial ? StateFinal{1.0f, 0.0f}
                                      : state_final_exp2(st.m[m][r] / kStateLog2e, lr, p.has_sinks,
                                                         p.has_sinks && valid ? p.sinks[qh] : 0.0f);
-      float* orow = so + (16 * m + g + 8 * r) * p.out_stride;
+      float* orow = so + (16 * m + g + 8 * r) * p.out_stride + d0;
 #pragma unroll
       for (int d = 0; d < kVt; ++d) {
-        if (8 * d < p.dvc)
+        if (d0 + 8 * d < p.dvc)
           *reinterpret_cast<float2*>(orow + 8 * d + 2 * t) =
               make_float2(st.o[m][d][2 * r] * fin.scale, st.o[m][d][2 * r + 1] * fin.scale);
       }
-      if (t == 0 && valid) {
+      if (t == 0 && valid && (!kWide || tid < 128)) {
         if (partial) {
           float* ml = p.part + p.parts.ml_at(slot, row);
           ml[0] = st.m[m][r] / kStateLog2e;
@@ -550,16 +587,17 @@ __device__ __forceinline__ void write_rows(const PrefillParams& p, const Prefill
     float* orow = so + r * p.out_stride;
     if (partial) {
       float4* dst = reinterpret_cast<float4*>(p.part + p.parts.o_at(slot, row));
-      for (int d4 = lane; d4 < p.dvc / 4; d4 += 32)
+      for (int d4 = d0 / 4 + lane; d4 < d1() / 4; d4 += 32)
         dst[d4] = bad ? make_float4(nan, nan, nan, nan) : reinterpret_cast<const float4*>(orow)[d4];
       continue;
     }
     if constexpr (is_rotated(VT)) {
-      for (int g0 = 0; g0 < p.dvc; g0 += 128) inverse_rotate_group(orow + g0, lane, sign_words);
+      for (int g0 = d0; g0 < d1(); g0 += 128) inverse_rotate_group(orow + g0, lane, sign_words);
     }
     const int tok = fdiv(row, p.div_group), qh = cta.kvh * p.group + row - tok * p.group;
     float* dst = p.out + ((cta.q_row0 + tok) * p.n_q_heads + qh) * p.dv;
-    for (int d = lane; d < p.dv; d += 32) dst[d] = bad ? nan : orow[d];
+    for (int d = d0 + lane; d < (kWide ? min(d1(), p.dv) : p.dv); d += 32)
+      dst[d] = bad ? nan : orow[d];
   }
 }
 

@@ -147,12 +147,12 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   warpgroup_regs_inc<240>();
 
   uint8_t* const sq = smem + p.q_off;
-  stage_q<KT, kRows, DVB>(p, cta, sq, reinterpret_cast<float*>(smem + p.scratch_off) + warp * 128,
-                          sign_words, tid);
+  stage_q<KT, kRows, qk_dims(KT, DVB)>(
+      p, cta, sq, reinterpret_cast<float*>(smem + p.scratch_off) + warp * 128, sign_words, tid);
   fence_proxy_async();  // Q's staging before the tensor cores read it
   mma_warps_sync();
 
-  LaneRows<kMT, DVB / 8> rows;
+  LaneRows<kMT, v_tiles(DVB)> rows;
   rows.init(cta, warp, g);
   const int64_t pq_lo = cta.first_q + cta.row0 / p.group;
   const int64_t pq_hi = cta.first_q + (cta.row_end - 1) / p.group;

@@ -8,5 +8,7 @@ template cudaError_t prepare_prefill<KvType::bf16, KvType::bf16, 128>(size_t);
 template void launch_prefill<KvType::bf16, KvType::bf16, 128>(const PrefillParams&, dim3, size_t, cudaStream_t);
 template cudaError_t prepare_prefill<KvType::bf16, KvType::bf16, 256>(size_t);
 template void launch_prefill<KvType::bf16, KvType::bf16, 256>(const PrefillParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_prefill<KvType::bf16, KvType::bf16, 512>(size_t);
+template void launch_prefill<KvType::bf16, KvType::bf16, 512>(const PrefillParams&, dim3, size_t, cudaStream_t);
 }  // namespace kvflash::cuda::prefill
 // clang-format on

@@ -8,5 +8,7 @@ template cudaError_t prepare_prefill<KvType::turbo2, KvType::turbo2, 128>(size_t
 template void launch_prefill<KvType::turbo2, KvType::turbo2, 128>(const PrefillParams&, dim3, size_t, cudaStream_t);
 template cudaError_t prepare_prefill<KvType::turbo2, KvType::turbo2, 256>(size_t);
 template void launch_prefill<KvType::turbo2, KvType::turbo2, 256>(const PrefillParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_prefill<KvType::turbo2, KvType::turbo2, 512>(size_t);
+template void launch_prefill<KvType::turbo2, KvType::turbo2, 512>(const PrefillParams&, dim3, size_t, cudaStream_t);
 }  // namespace kvflash::cuda::prefill
 // clang-format on
