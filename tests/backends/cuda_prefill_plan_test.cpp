@@ -444,6 +444,19 @@ TEST(CudaPrefillSplits, OnlyGridsSmallerThanTheDeviceSplit) {
   p.n_kv_heads = 1;
   p.n_q_heads = 1;
   EXPECT_EQ(prefill_splits(p, prefill_layout(p), 1000), kMaxPrefillSplits);
+  // 36 queries of 128/1 heads at 576/512 over 32K keys (the wide instance, 64 rows per CTA): 72
+  // CTAs on 132 SMs split too (unsplit, 60 SMs idled: 2x the time of 33 queries on an H100);
+  // 9 splits take 5 waves of 57 tiles where 7 take 4 of 74 and 11 take 6 of 47.
+  AttentionProblem mla = problem(KvType::f16, KvType::f16, {576, 512});
+  mla.n_q_heads = 128;
+  mla.n_kv_heads = 1;
+  mla.causal = true;
+  mla.kv_capacity = 32768;
+  mla.n_q_tokens = 36;
+  ASSERT_EQ(prefill_layout(mla).n_row_blocks, 72);
+  EXPECT_EQ(prefill_splits(mla, prefill_layout(mla), 132), 9);
+  mla.n_q_tokens = 33;  // 66 CTAs: two splits fill the device exactly
+  EXPECT_EQ(prefill_splits(mla, prefill_layout(mla), 132), 2);
 }
 
 TEST(CudaPrefillSplits, PartialStatesHaveDisjointAlignedPlaces) {

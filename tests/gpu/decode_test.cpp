@@ -81,7 +81,8 @@ std::vector<DecodeCase> decode_cases() {
       {6, 16, 4, d128, f16, f16, {70000}},
       {1, 8, 1, mla, f16, f16, {5000}},
       {2, 8, 1, mla, q8_0, q8_0, {1000}},
-      // short chunks (9-32 tokens, routing.hpp): more query rows than one row block holds at GQA
+      // short chunks (9-32 tokens, forced: routing.hpp gives them to cuda.prefill): more query
+      // rows than one row block holds at GQA
       // 4 (several row blocks of up to 8 M tiles), D 128 to 512, a batch whose second sequence
       // holds fewer tokens than its queries
       {9, 8, 2, d128, f16, f16, {70000}},
@@ -142,7 +143,9 @@ TEST_P(CudaDecode, MatchesTheFloat64Reference) {
   AttentionProblem run_p = p;  // p: contiguous, the reference's layout
   run_p.page_size = c.page_size;
 
-  const Expected<Plan> pl = plan_cuda(run_p);
+  // Forced: from 5 (f16 / bf16) or 9 query tokens the registry takes cuda.prefill
+  // (common/routing.hpp); cuda.decode serves up to 32 and is tested over all of them.
+  const Expected<Plan> pl = plan_cuda(run_p, "cuda.decode");
   if (!pl && pl.error().code == ErrorCode::unsupported)
     GTEST_SKIP() << "no CUDA candidate accepts " << describe(p) << ": "
                  << pl.error().message.substr(0, pl.error().message.find('\n'));

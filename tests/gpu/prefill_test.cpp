@@ -1,14 +1,14 @@
-// The CUDA prefill kernels (cuda.prefill: more than 32 query tokens, common/routing.hpp) against
+// The CUDA prefill kernels (cuda.prefill: from 5 or 9 query tokens, common/routing.hpp) against
 // the float64 reference on device buffers: every default K/V pair at head dim 128, every head dim
-// with f16 and q8_0/turbo3 (512 and 576/512: every default pair, a batch, a split), fresh prompts of 33 ... 2048 tokens and chunks of
-// 512 and 2048 queries onto 8K and 32K caches, 33 and 64 queries onto 20K keys (split many ways and
-// merged), causal and not, each feature alone and all together, paged caches with shuffled tables
-// (pages of 16 and 64 tokens), batches of sequences of different device lengths (40 of them: a grid
-// that is not split); then the guards: a device length outside the capacity or a page-table entry
-// outside the pool gives that sequence NaN rows and leaves the others exact; which kernel plan()
-// selects on each side of the crossover, and when it splits the keys. Outputs are poisoned and
-// guarded (gpu_test_util.hpp) for every run; the references run on every host thread
-// (parallel_reference).
+// with f16 and q8_0/turbo3 (512 and 576/512: every default pair, a batch, a split), fresh prompts
+// of 5 or 9 (the smallest prefill of the pair) ... 2048 tokens and chunks of 512 and 2048 queries
+// onto 8K and 32K caches, 5 or 9 and 64 queries onto 20K keys (split many ways and merged), causal
+// and not, each feature alone and all together, paged caches with shuffled tables (pages of 16 and
+// 64 tokens), batches of sequences of different device lengths (40 of them: a grid that is not
+// split); then the guards: a device length outside the capacity or a page-table entry outside the
+// pool gives that sequence NaN rows and leaves the others exact; which kernel plan() selects on
+// each side of the crossover, and when it splits the keys. Outputs are poisoned and guarded
+// (gpu_test_util.hpp) for every run; the references run on every host thread (parallel_reference).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -227,18 +227,18 @@ std::vector<PrefillCase> head_dim_cases() {
 }
 INSTANTIATE_TEST_SUITE_P(HeadDims, CudaPrefill, ::testing::ValuesIn(head_dim_cases()), param_name);
 
-// Fresh prompts (kv length = queries: the causal triangle) from the smallest prefill
-// (kMinPrefillQTokens),
-// past one and several query tiles; then chunked prefill onto deep caches. The 32K case keeps one
-// KV head so that its reference stays a few seconds.
+// Fresh prompts (kv length = queries: the causal triangle) from the smallest prefill of the pair
+// (min_prefill_q_tokens: 0 below stands for it), past one and several query tiles; then chunked
+// prefill onto deep caches. The 32K case keeps one KV head so that its reference stays a few
+// seconds.
 std::vector<PrefillCase> query_token_cases() {
   std::vector<PrefillCase> out;
-  for (const int32_t n : {cuda::kMinPrefillQTokens, 48, 100, 257, 2048})
+  for (const int32_t n : {0, 32, 33, 48, 100, 257, 2048})
     for (const auto& [k, v] :
          {std::pair{KvType::f16, KvType::f16}, std::pair{KvType::q4_0, KvType::q4_0}}) {
       PrefillCase c;
-      c.n_q_tokens = n;
-      c.lens = {n};
+      c.n_q_tokens = n > 0 ? n : cuda::min_prefill_q_tokens(k, v);
+      c.lens = {c.n_q_tokens};
       c.k_type = k;
       c.v_type = v;
       out.push_back(c);
@@ -261,13 +261,14 @@ std::vector<PrefillCase> query_token_cases() {
   out.push_back(chunk);
   // Short chunks onto a deep cache: a grid of a few CTAs whose keys split many ways (the merge:
   // turbo V rotated back after it, sinks folded in at the end).
-  for (const int32_t n : {cuda::kMinPrefillQTokens, 64}) {
+  for (const int32_t n : {0, 64}) {
     PrefillCase s;
-    s.n_q_tokens = n;
+    s.n_q_tokens = n > 0 ? n : cuda::min_prefill_q_tokens(KvType::f16, KvType::f16);
     s.lens = {20000};
     s.n_q_heads = 32;
     s.n_kv_heads = 8;
     out.push_back(s);
+    s.n_q_tokens = n > 0 ? n : cuda::min_prefill_q_tokens(KvType::q8_0, KvType::turbo3);
     s.k_type = KvType::q8_0;
     s.v_type = KvType::turbo3;
     s.sinks = true;
@@ -521,33 +522,50 @@ TEST(CudaPrefillPages, EntriesOutsideThePoolGiveNaNRowsAndReadNothingOutsideIt) 
     }
 }
 
-// Selection on the CUDA backend: up to kMaxDecodeQTokens query tokens cuda.decode, from
-// kMinPrefillQTokens cuda.prefill (common/routing.hpp, the measured crossover), each refusing the
-// other's side by its guard; the plan needs device lengths.
+// Selection on the CUDA backend: from min_prefill_q_tokens (common/routing.hpp, the measured
+// crossover: 5 for f16 / bf16 pairs, 9 else) cuda.prefill, below it cuda.decode, each refusing
+// the other's side by its guard but cuda.decode's 9-32 tokens, which it serves when forced; the
+// plan needs device lengths.
 TEST(CudaPrefillPlan, SelectionSplitsAtTheMeasuredCrossover) {
   KVFLASH_REQUIRE_GPU();
   if (!kernel_registered(kDecode)) GTEST_SKIP() << "this build registers no CUDA kernels";
   // From here cuda.prefill must exist: a CUDA build without it fails this test, by name.
   ASSERT_TRUE(kernel_registered(kPrefill)) << "no candidate named " << kPrefill;
-  static_assert(cuda::kMinPrefillQTokens == cuda::kMaxDecodeQTokens + 1);
   PrefillCase c;
-  c.n_q_tokens = cuda::kMinPrefillQTokens;
   AttentionProblem p = to_problem(c, {4096});
   Plan pl;
-  KVFLASH_ASSIGN_OR_FAIL(pl, plan_cuda(p));
-  EXPECT_EQ(pl.kernel->name, kPrefill);
-  p.n_q_tokens = cuda::kMaxDecodeQTokens;
-  KVFLASH_ASSIGN_OR_FAIL(pl, plan_cuda(p));
-  EXPECT_EQ(pl.kernel->name, kDecode);
-
-  // Forced onto the other side, each refuses by its own guard.
-  const Expected<Plan> prefill_below = plan_cuda(p, kPrefill);
-  ASSERT_FALSE(prefill_below.ok());
-  EXPECT_NE(prefill_below.error().message.find("prefill_q_tokens"), std::string::npos)
-      << prefill_below.error().message;
-  p.n_q_tokens = cuda::kMinPrefillQTokens;
-  const Expected<Plan> decode_above = plan_cuda(p, kDecode);
-  ASSERT_FALSE(decode_above.ok());
+  for (const auto& [k, v] :
+       {std::pair{KvType::f16, KvType::f16}, std::pair{KvType::bf16, KvType::bf16},
+        std::pair{KvType::q8_0, KvType::turbo3}}) {
+    p.k_type = k;
+    p.v_type = v;
+    const int32_t min_q = cuda::min_prefill_q_tokens(k, v);
+    EXPECT_EQ(min_q, k == KvType::q8_0 ? 9 : 5);
+    for (const int32_t n :
+         {min_q, min_q + 1, cuda::kMaxDecodeQTokens, cuda::kMaxDecodeQTokens + 1}) {
+      p.n_q_tokens = n;
+      KVFLASH_ASSIGN_OR_FAIL(pl, plan_cuda(p));
+      EXPECT_EQ(pl.kernel->name, kPrefill) << describe(p);
+    }
+    for (const int32_t n : {1, min_q - 1}) {
+      p.n_q_tokens = n;
+      KVFLASH_ASSIGN_OR_FAIL(pl, plan_cuda(p));
+      EXPECT_EQ(pl.kernel->name, kDecode) << describe(p);
+      // Forced below its crossover, cuda.prefill refuses by its own guard.
+      const Expected<Plan> prefill_below = plan_cuda(p, kPrefill);
+      ASSERT_FALSE(prefill_below.ok());
+      EXPECT_NE(prefill_below.error().message.find("prefill_q_tokens"), std::string::npos)
+          << prefill_below.error().message;
+    }
+    // cuda.decode serves up to kMaxDecodeQTokens when forced, not one more.
+    p.n_q_tokens = cuda::kMaxDecodeQTokens;
+    KVFLASH_ASSIGN_OR_FAIL(pl, plan_cuda(p, kDecode));
+    EXPECT_EQ(pl.kernel->name, kDecode);
+    p.n_q_tokens = cuda::kMaxDecodeQTokens + 1;
+    EXPECT_FALSE(plan_cuda(p, kDecode).ok());
+  }
+  p.k_type = p.v_type = KvType::f16;
+  p.n_q_tokens = cuda::kMaxDecodeQTokens + 1;
 
   // Every head dim of the supported space takes cuda.prefill, the widest ones included, with
   // every pair this build compiled.
@@ -588,7 +606,7 @@ TEST(CudaPrefillPlan, SplitsTheKeysOnlyOfGridsSmallerThanTheDevice) {
   KVFLASH_REQUIRE_GPU();
   KVFLASH_REQUIRE_KERNEL(kPrefill);
   PrefillCase c;
-  c.n_q_tokens = cuda::kMinPrefillQTokens;
+  c.n_q_tokens = cuda::min_prefill_q_tokens(c.k_type, c.v_type);
   c.n_q_heads = 32;
   c.n_kv_heads = 8;
   AttentionProblem p = to_problem(c, {131072});

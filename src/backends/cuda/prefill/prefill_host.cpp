@@ -31,21 +31,24 @@ namespace {
 // The kernel's static shared memory (two centroid tables, the sign words, a flag), at most.
 constexpr size_t kStaticSmemBytes = 256;
 
-// Prefill-sized calls, and every ragged one (whatever its longest sequence: cuda.decode reads no
-// per-sequence query counts).
+// Prefill-sized calls (from the measured crossover, common/routing.hpp), and every ragged one
+// (whatever its longest sequence: cuda.decode reads no per-sequence query counts).
 std::optional<std::string> reject_q_tokens(const AttentionProblem& p) {
-  if (p.n_q_tokens >= kMinPrefillQTokens || p.ragged_q) return std::nullopt;
+  const int32_t min_q = min_prefill_q_tokens(p.k_type, p.v_type);
+  if (p.n_q_tokens >= min_q || p.ragged_q) return std::nullopt;
   return fmt::format(
-      "n_q_tokens={} is below {} (allowed: {} and up, or ragged_q; cuda.decode serves 1 .. {})",
-      p.n_q_tokens, kMinPrefillQTokens, kMinPrefillQTokens, kMinPrefillQTokens - 1);
+      "n_q_tokens={} is below {} (allowed for {}/{}: {} and up, or ragged_q; cuda.decode is the "
+      "faster below)",
+      p.n_q_tokens, min_q, to_string(p.k_type), to_string(p.v_type), min_q);
 }
 
 std::optional<std::string> reject_head_dim(const AttentionProblem& p) {
   const PrefillLayout l = prefill_layout(p);
   const int32_t max_dk = qk_dims(p.k_type, kWideBucket);
   if (l.dkc <= max_dk && l.dvc <= kWideBucket) return std::nullopt;
-  return fmt::format("head dims {}/{} compute as {}/{}, above {}/{} (cuda.prefill's widest instance)",
-                     p.head_dim.k, p.head_dim.v, l.dkc, l.dvc, max_dk, kWideBucket);
+  return fmt::format(
+      "head dims {}/{} compute as {}/{}, above {}/{} (cuda.prefill's widest instance)",
+      p.head_dim.k, p.head_dim.v, l.dkc, l.dvc, max_dk, kWideBucket);
 }
 
 std::optional<std::string> reject_grid(const AttentionProblem& p) {
@@ -281,7 +284,7 @@ void register_prefill(std::vector<KernelCandidate>& out) {
   KernelCandidate c;
   c.name = "cuda.prefill";
   c.backend = Backend::cuda;
-  c.priority = 300;
+  c.priority = 310;  // above cuda.decode's: where both pass (9-32 tokens), the faster prefill
   c.opt_in_only = false;
   c.guards = {{"cuda_device", reject_no_device},   {"compute_capability", reject_arch},
               {"kv_types", reject_pair_not_built}, {"prefill_q_tokens", reject_q_tokens},

@@ -143,8 +143,19 @@ int32_t prefill_splits(const AttentionProblem& p, const PrefillLayout& l, int32_
   int64_t keys = p.kv_capacity;
   if (p.window > 0) keys = std::min<int64_t>(keys, p.window + p.n_q_tokens);
   const int64_t tiles = (keys + kTileKeys - 1) / kTileKeys;
-  const int64_t s = std::min<int64_t>({sm_count / ctas, tiles / kMinSplitTiles, kMaxPrefillSplits});
-  return static_cast<int32_t>(std::max<int64_t>(s, 1));
+  const int64_t max_s =
+      std::max<int64_t>(1, std::min<int64_t>(tiles / kMinSplitTiles, kMaxPrefillSplits));
+  // The splits of least modelled time: waves of CTAs (ceil(ctas s / SMs)), each walking its share
+  // of the tiles plus a fixed kMinSplitTiles (Q's staging, the pipeline's fill, the epilogue);
+  // the fewest on a tie. (One wave filled as far as it goes was the rule before: 72 CTAs on 132
+  // SMs then ran unsplit, at half the device.)
+  const auto cost = [&](int64_t s) {
+    return (ctas * s + sm_count - 1) / sm_count * ((tiles + s - 1) / s + kMinSplitTiles);
+  };
+  int64_t best = 1;
+  for (int64_t s = 2; s <= max_s; ++s)
+    if (cost(s) < cost(best)) best = s;
+  return static_cast<int32_t>(best);
 }
 
 PrefillParts prefill_parts(const AttentionProblem& p, const PrefillLayout& l, int32_t n_splits) {

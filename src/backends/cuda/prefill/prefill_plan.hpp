@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "backends/cuda/common/routing.hpp"  // kMinPrefillQTokens
+#include "backends/cuda/common/routing.hpp"  // min_prefill_q_tokens
 #include "kvflash/problem.hpp"
 
 namespace kvflash::cuda::prefill {
@@ -246,9 +246,9 @@ KVFLASH_HD bool prefill_tile_needs_mask(int64_t k0, int64_t hi, bool causal, int
 }
 
 // KV splits for a problem on a device of `sm_count` SMs (one CTA each): 1 where the grid fills
-// them; else as many as fill one wave, while each split keeps kMinSplitTiles tiles of the
-// longest key range a CTA may walk (kv_capacity, or the window plus the chunk), at most
-// kMaxPrefillSplits.
+// them; else the count of least modelled time (whole waves of CTAs, each its share of the tiles
+// plus a fixed cost), each split keeping kMinSplitTiles tiles of the longest key range a CTA may
+// walk (kv_capacity, or the window plus the chunk), at most kMaxPrefillSplits.
 int32_t prefill_splits(const AttentionProblem& p, const PrefillLayout& l, int32_t sm_count);
 
 // The partial-state layout for n_splits (n_splits > 1: the workspace holds parts.floats()).
