@@ -237,7 +237,7 @@ std::vector<PrefillCase> query_token_cases() {
     for (const auto& [k, v] :
          {std::pair{KvType::f16, KvType::f16}, std::pair{KvType::q4_0, KvType::q4_0}}) {
       PrefillCase c;
-      c.n_q_tokens = n > 0 ? n : cuda::min_prefill_q_tokens(k, v);
+      c.n_q_tokens = n > 0 ? n : cuda::min_prefill_q_tokens(k, v, 0);
       c.lens = {c.n_q_tokens};
       c.k_type = k;
       c.v_type = v;
@@ -263,12 +263,12 @@ std::vector<PrefillCase> query_token_cases() {
   // turbo V rotated back after it, sinks folded in at the end).
   for (const int32_t n : {0, 64}) {
     PrefillCase s;
-    s.n_q_tokens = n > 0 ? n : cuda::min_prefill_q_tokens(KvType::f16, KvType::f16);
+    s.n_q_tokens = n > 0 ? n : cuda::min_prefill_q_tokens(KvType::f16, KvType::f16, 0);
     s.lens = {20000};
     s.n_q_heads = 32;
     s.n_kv_heads = 8;
     out.push_back(s);
-    s.n_q_tokens = n > 0 ? n : cuda::min_prefill_q_tokens(KvType::q8_0, KvType::turbo3);
+    s.n_q_tokens = n > 0 ? n : cuda::min_prefill_q_tokens(KvType::q8_0, KvType::turbo3, 0);
     s.k_type = KvType::q8_0;
     s.v_type = KvType::turbo3;
     s.sinks = true;
@@ -523,9 +523,9 @@ TEST(CudaPrefillPages, EntriesOutsideThePoolGiveNaNRowsAndReadNothingOutsideIt) 
 }
 
 // Selection on the CUDA backend: from min_prefill_q_tokens (common/routing.hpp, the measured
-// crossover: 5 for f16 / bf16 pairs, 9 else) cuda.prefill, below it cuda.decode, each refusing
-// the other's side by its guard but cuda.decode's 9-32 tokens, which it serves when forced; the
-// plan needs device lengths.
+// crossover: 5 for f16 / bf16 pairs, 9 else, 17 in pages not a multiple of 64) cuda.prefill, below
+// it cuda.decode, each refusing the other's side by its guard but cuda.decode's 9-32 tokens, which
+// it serves when forced; the plan needs device lengths.
 TEST(CudaPrefillPlan, SelectionSplitsAtTheMeasuredCrossover) {
   KVFLASH_REQUIRE_GPU();
   if (!kernel_registered(kDecode)) GTEST_SKIP() << "this build registers no CUDA kernels";
@@ -534,37 +534,40 @@ TEST(CudaPrefillPlan, SelectionSplitsAtTheMeasuredCrossover) {
   PrefillCase c;
   AttentionProblem p = to_problem(c, {4096});
   Plan pl;
-  for (const auto& [k, v] :
-       {std::pair{KvType::f16, KvType::f16}, std::pair{KvType::bf16, KvType::bf16},
-        std::pair{KvType::q8_0, KvType::turbo3}}) {
-    p.k_type = k;
-    p.v_type = v;
-    const int32_t min_q = cuda::min_prefill_q_tokens(k, v);
-    EXPECT_EQ(min_q, k == KvType::q8_0 ? 9 : 5);
-    for (const int32_t n :
-         {min_q, min_q + 1, cuda::kMaxDecodeQTokens, cuda::kMaxDecodeQTokens + 1}) {
-      p.n_q_tokens = n;
-      KVFLASH_ASSIGN_OR_FAIL(pl, plan_cuda(p));
-      EXPECT_EQ(pl.kernel->name, kPrefill) << describe(p);
+  for (const int32_t page : {0, 16, 64})
+    for (const auto& [k, v] :
+         {std::pair{KvType::f16, KvType::f16}, std::pair{KvType::bf16, KvType::bf16},
+          std::pair{KvType::q8_0, KvType::turbo3}}) {
+      p.k_type = k;
+      p.v_type = v;
+      p.page_size = page;
+      const int32_t min_q = cuda::min_prefill_q_tokens(k, v, page);
+      EXPECT_EQ(min_q, page == 16 ? 17 : k == KvType::q8_0 ? 9 : 5);
+      for (const int32_t n :
+           {min_q, min_q + 1, cuda::kMaxDecodeQTokens, cuda::kMaxDecodeQTokens + 1}) {
+        p.n_q_tokens = n;
+        KVFLASH_ASSIGN_OR_FAIL(pl, plan_cuda(p));
+        EXPECT_EQ(pl.kernel->name, kPrefill) << describe(p);
+      }
+      for (const int32_t n : {1, min_q - 1}) {
+        p.n_q_tokens = n;
+        KVFLASH_ASSIGN_OR_FAIL(pl, plan_cuda(p));
+        EXPECT_EQ(pl.kernel->name, kDecode) << describe(p);
+        // Forced below its crossover, cuda.prefill refuses by its own guard.
+        const Expected<Plan> prefill_below = plan_cuda(p, kPrefill);
+        ASSERT_FALSE(prefill_below.ok());
+        EXPECT_NE(prefill_below.error().message.find("prefill_q_tokens"), std::string::npos)
+            << prefill_below.error().message;
+      }
+      // cuda.decode serves up to kMaxDecodeQTokens when forced, not one more.
+      p.n_q_tokens = cuda::kMaxDecodeQTokens;
+      KVFLASH_ASSIGN_OR_FAIL(pl, plan_cuda(p, kDecode));
+      EXPECT_EQ(pl.kernel->name, kDecode);
+      p.n_q_tokens = cuda::kMaxDecodeQTokens + 1;
+      EXPECT_FALSE(plan_cuda(p, kDecode).ok());
     }
-    for (const int32_t n : {1, min_q - 1}) {
-      p.n_q_tokens = n;
-      KVFLASH_ASSIGN_OR_FAIL(pl, plan_cuda(p));
-      EXPECT_EQ(pl.kernel->name, kDecode) << describe(p);
-      // Forced below its crossover, cuda.prefill refuses by its own guard.
-      const Expected<Plan> prefill_below = plan_cuda(p, kPrefill);
-      ASSERT_FALSE(prefill_below.ok());
-      EXPECT_NE(prefill_below.error().message.find("prefill_q_tokens"), std::string::npos)
-          << prefill_below.error().message;
-    }
-    // cuda.decode serves up to kMaxDecodeQTokens when forced, not one more.
-    p.n_q_tokens = cuda::kMaxDecodeQTokens;
-    KVFLASH_ASSIGN_OR_FAIL(pl, plan_cuda(p, kDecode));
-    EXPECT_EQ(pl.kernel->name, kDecode);
-    p.n_q_tokens = cuda::kMaxDecodeQTokens + 1;
-    EXPECT_FALSE(plan_cuda(p, kDecode).ok());
-  }
   p.k_type = p.v_type = KvType::f16;
+  p.page_size = 0;
   p.n_q_tokens = cuda::kMaxDecodeQTokens + 1;
 
   // Every head dim of the supported space takes cuda.prefill, the widest ones included, with
@@ -606,7 +609,7 @@ TEST(CudaPrefillPlan, SplitsTheKeysOnlyOfGridsSmallerThanTheDevice) {
   KVFLASH_REQUIRE_GPU();
   KVFLASH_REQUIRE_KERNEL(kPrefill);
   PrefillCase c;
-  c.n_q_tokens = cuda::min_prefill_q_tokens(c.k_type, c.v_type);
+  c.n_q_tokens = cuda::min_prefill_q_tokens(c.k_type, c.v_type, 0);
   c.n_q_heads = 32;
   c.n_kv_heads = 8;
   AttentionProblem p = to_problem(c, {131072});

@@ -34,12 +34,13 @@ constexpr size_t kStaticSmemBytes = 256;
 // Prefill-sized calls (from the measured crossover, common/routing.hpp), and every ragged one
 // (whatever its longest sequence: cuda.decode reads no per-sequence query counts).
 std::optional<std::string> reject_q_tokens(const AttentionProblem& p) {
-  const int32_t min_q = min_prefill_q_tokens(p.k_type, p.v_type);
+  const int32_t min_q = min_prefill_q_tokens(p.k_type, p.v_type, p.page_size);
   if (p.n_q_tokens >= min_q || p.ragged_q) return std::nullopt;
   return fmt::format(
-      "n_q_tokens={} is below {} (allowed for {}/{}: {} and up, or ragged_q; cuda.decode is the "
+      "n_q_tokens={} is below {} (allowed for {}/{}{}: {} and up, or ragged_q; cuda.decode is the "
       "faster below)",
-      p.n_q_tokens, min_q, to_string(p.k_type), to_string(p.v_type), min_q);
+      p.n_q_tokens, min_q, to_string(p.k_type), to_string(p.v_type),
+      p.page_size > 0 ? fmt::format(" in pages of {}", p.page_size) : "", min_q);
 }
 
 std::optional<std::string> reject_head_dim(const AttentionProblem& p) {
