@@ -273,7 +273,8 @@ std::vector<ParityCase> long_cases() {
 }
 
 // Prefill for the GPU: chunks of queries deep in the context (128K, and a small chunk onto 1M
-// tokens, one KV head of GQA 2 so that the float64 reference stays seconds on one core), paged
+// tokens, one KV head of GQA 2 so that the float64 reference stays seconds on one core), head
+// dims 512 and 576/512, paged
 // caches under a ragged batch, every feature alone and together, ragged batches (the last
 // sequence holds fewer tokens than the queries: under the causal mask its first queries see
 // nothing), ragged query counts (packed queries, chunks of 0 to 1000).
@@ -291,6 +292,29 @@ std::vector<ParityCase> prefill_cases() {
   deep.n_q_tokens = 512;
   deep.kv_len = 16384;
   append(out, product(deep, {types({{bf16, bf16}, {q8_0, q8_0}})}));
+
+  // The wide head dims (512, and 576/512: DeepSeek's MLA shape, its 128 query heads cut to 16):
+  // a chunk onto 3000 keys, then every feature together in pages of 16 under a ragged batch.
+  Axis wide_dims = {[](ParityCase& c) {
+                      c.head_dim = {512, 512};
+                    },
+                    [](ParityCase& c) {
+                      c.head_dim = {576, 512};
+                    }};
+  ParityCase wide;
+  wide.n_q_heads = 16;
+  wide.n_kv_heads = 1;
+  wide.n_q_tokens = 100;
+  wide.kv_len = 3000;
+  append(out, product(wide, {wide_dims,
+                             types({{f16, f16}, {q8_0, q8_0}, {turbo3, turbo3}, {q4_0, turbo4}})}));
+  wide.n_seqs = 2;
+  wide.ragged = true;
+  wide.page_size = 16;
+  wide.mask = wide.sinks = wide.alibi = true;
+  wide.window = 1000;
+  wide.softcap = 5.0f;
+  append(out, product(wide, {wide_dims, types({{q8_0, turbo4}, {bf16, bf16}})}));
 
   ParityCase paged;
   paged.n_seqs = 3;
