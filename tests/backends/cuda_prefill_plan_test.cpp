@@ -164,7 +164,7 @@ TEST(CudaPrefillTma, ViewDescribesTheTensorOrNothing) {
   p.n_kv_heads = 8;
   p.n_seqs = 2;
   p.kv_capacity = 4096;
-  PrefillTmaTensor t;
+  KvTmaTensor t;
   t.data = 0x10000;
   t.stride_head = 256;
   t.stride_token = 8 * 256;
@@ -181,7 +181,7 @@ TEST(CudaPrefillTma, ViewDescribesTheTensorOrNothing) {
   EXPECT_TRUE(prefill_tma_view(t, 256, 128, true, p, v));
   p.window = 0;
   // Strides and addresses TMA cannot take.
-  for (const auto& bad : std::vector<PrefillTmaTensor>{
+  for (const auto& bad : std::vector<KvTmaTensor>{
            {0x10008, 2048, 256, 2048 * 4096, 0, 0},      // data not 16-byte aligned
            {0x10000, 2056, 256, 2056 * 4096, 0, 0},      // token stride
            {0x10000, 2048, 264, 2048 * 4096, 0, 0},      // head stride (heads past the token row)
@@ -208,7 +208,7 @@ TEST(CudaPrefillTma, ViewDescribesTheTensorOrNothing) {
   // Raw rows: a box of the slot from the head's row rounded down to 16 bytes (any head stride),
   // at most 256 bytes, holding the widest lead and the row.
   p.page_size = 0;
-  PrefillTmaTensor raw = t;
+  KvTmaTensor raw = t;
   raw.stride_head = 136;  // q8_0 rows of 128 values
   raw.stride_token = 8 * 136;
   raw.stride_seq = raw.stride_token * 4096;

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "backends/cuda/common/kv_tma_view.hpp"
+
 namespace kvflash::cuda {
 
 // A CUDA tensor map (CUtensorMap: 128 opaque bytes, 64-byte aligned), encoded on the host by
@@ -21,5 +23,10 @@ struct alignas(64) TensorMapBytes {
 bool encode_tensor_map_u8_3d(TensorMapBytes& map, const void* data, const uint64_t (&dims)[3],
                              const uint64_t (&strides)[2], const uint32_t (&box)[3],
                              bool swizzle128 = false);
+
+// The map of a K or V tensor's boxes (kv_tma_view): box_bytes x box_rows from a row's start,
+// for every outer index.
+bool encode_kv_tma_map(TensorMapBytes& map, const void* data, const KvTmaView& view,
+                       int64_t stride_token, int32_t box_bytes, int32_t box_rows, bool swizzle128);
 
 }  // namespace kvflash::cuda

@@ -41,4 +41,14 @@ bool encode_tensor_map_u8_3d(TensorMapBytes& map, const void* data, const uint64
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+bool encode_kv_tma_map(TensorMapBytes& map, const void* data, const KvTmaView& view,
+                       int64_t stride_token, int32_t box_bytes, int32_t box_rows, bool swizzle128) {
+  const uint64_t dims[3] = {static_cast<uint64_t>(view.extent), static_cast<uint64_t>(view.rows),
+                            static_cast<uint64_t>(view.outer)};
+  const uint64_t strides[2] = {static_cast<uint64_t>(stride_token),
+                               static_cast<uint64_t>(view.outer_stride)};
+  const uint32_t box[3] = {static_cast<uint32_t>(box_bytes), static_cast<uint32_t>(box_rows), 1};
+  return encode_tensor_map_u8_3d(map, data, dims, strides, box, swizzle128);
+}
+
 }  // namespace kvflash::cuda

@@ -31,13 +31,7 @@ namespace {
 bool encode_tile_map(TensorMapBytes& map, const KvTensor& kv, KvType type, int32_t row_bytes,
                      int32_t slot, int32_t box_rows, const AttentionProblem& p) {
   const std::optional<TmaTileView> view = tma_tile_view(kv, type, row_bytes, slot, p);
-  if (!view) return false;
-  const uint64_t dims[3] = {static_cast<uint64_t>(view->extent), static_cast<uint64_t>(view->rows),
-                            static_cast<uint64_t>(view->outer)};
-  const uint64_t strides[2] = {static_cast<uint64_t>(kv.stride_token),
-                               static_cast<uint64_t>(view->outer_stride)};
-  const uint32_t box[3] = {static_cast<uint32_t>(slot), static_cast<uint32_t>(box_rows), 1};
-  return encode_tensor_map_u8_3d(map, kv.data, dims, strides, box);
+  return view && encode_kv_tma_map(map, kv.data, *view, kv.stride_token, slot, box_rows, false);
 }
 
 #ifdef KVFLASH_TIMELINE

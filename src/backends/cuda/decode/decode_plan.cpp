@@ -172,31 +172,9 @@ static_assert(kMaxTileKeys <= 16 * kPagedTmaBox);
 std::optional<TmaTileView> tma_tile_view(const KvTensor& kv, KvType type, int32_t row_bytes,
                                          int32_t slot, const AttentionProblem& p) {
   if (!tma_copyable(type) || slot > 256) return std::nullopt;
-  const auto addr = reinterpret_cast<uintptr_t>(kv.data);
-  if (addr % 16 != 0 || kv.stride_token <= 0 || kv.stride_token % 16 != 0 || kv.stride_head < 0)
-    return std::nullopt;
-  TmaTileView v;
-  v.extent = int64_t{p.n_kv_heads - 1} * kv.stride_head + row_bytes;
-  if (v.extent > kv.stride_token || v.extent > (int64_t{1} << 31) ||
-      p.kv_capacity >= (int64_t{1} << 31))
-    return std::nullopt;
   // The widest lead and the row (a sequence stride that is not a multiple of 16 fails below).
   if (widest_lead16(kv, p) + row_bytes > slot) return std::nullopt;
-  if (p.page_size > 0) {
-    if (p.page_size % kPagedTmaBox != 0 || p.window > 0 || kv.n_pages < 1 || kv.n_pages > INT32_MAX)
-      return std::nullopt;
-    v.rows = p.page_size;
-    v.outer = kv.n_pages;
-    v.outer_stride = kv.stride_page;
-  } else {
-    v.rows = p.kv_capacity;
-    v.outer = p.n_seqs;
-    // One sequence: the sequence dimension is never stepped; any valid stride does.
-    v.outer_stride = p.n_seqs > 1 ? kv.stride_seq : kv.stride_token * p.kv_capacity;
-  }
-  if (v.outer_stride <= 0 || v.outer_stride % 16 != 0 || v.outer_stride >= (int64_t{1} << 40))
-    return std::nullopt;
-  return v;
+  return kv_tma_view(kv_tma_tensor(kv), row_bytes, kPagedTmaBox, p);
 }
 
 }  // namespace kvflash::cuda::decode

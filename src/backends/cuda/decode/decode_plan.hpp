@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "backends/cuda/common/kv_tma_view.hpp"
 #include "backends/cuda/common/routing.hpp"  // kMaxDecodeQTokens
 #include "backends/cuda/common/tile_copy.hpp"
 #include "kvflash/problem.hpp"
@@ -69,25 +70,16 @@ int64_t busiest_sm_tiles(int64_t keys, int64_t ctas_per_split, int64_t splits, i
                          int32_t sm_count);
 size_t decode_workspace_bytes(const AttentionProblem& p, const DecodeLayout& l, int32_t n_splits);
 
-// How TMA copies a tensor's K or V tiles (DecodeParams::k_map): the tensor viewed as [outer]
-// [row][the bytes of all heads' rows], where outer is the sequence and row the token of a
-// contiguous tensor, the pool's page and the token in it of a paged one; one box = box rows x
-// `slot` bytes starting at the head's row rounded down to 16 bytes (box starts must be 16-byte
-// aligned; the row lands after its lead, as with 16-byte cp.async copies). A paged tensor's boxes
-// are kPagedTmaBox rows, one 16-key step, which never cross a page: pages a multiple of 16 tokens,
-// and no window (a window's range starts anywhere; tiles of other ranges start at multiples of
-// 16). Nothing where TMA cannot describe it and the tiles are copied with cp.async: float rows
-// (their padded slots would need boxes reading into the next head's row: measured 0.80x at 1M);
-// slots over 256 bytes (the box limit); data, token, sequence or page strides not multiples of
-// 16 bytes; heads not inside one token's row; the widest lead and the row not fitting the slot;
-// pages as above, or a capacity of 2^31 keys or more (the kernel finds the page by 32-bit
-// division).
-struct TmaTileView {
-  int64_t extent = 0;        // bytes of a token's row that the boxes may read (dimension 0)
-  int64_t rows = 0;          // dimension 1: kv_capacity, or page_size
-  int64_t outer = 0;         // dimension 2: n_seqs, or the pool's pages
-  int64_t outer_stride = 0;  // bytes from one sequence (page) to the next (any valid value for one)
-};
+// How TMA copies a tensor's K or V tiles (DecodeParams::k_map): kv_tma_view's view
+// (common/kv_tma_view.hpp), one box = box rows x `slot` bytes starting at the head's row rounded
+// down to 16 bytes (box starts must be 16-byte aligned; the row lands after its lead, as with
+// 16-byte cp.async copies). A paged tensor's boxes are kPagedTmaBox rows, one 16-key step, which
+// never cross a page. Nothing where TMA cannot describe it and the tiles are copied with
+// cp.async: float rows (their padded slots would need boxes reading into the next head's row:
+// measured 0.80x at 1M); slots over 256 bytes (the box limit); the widest lead and the row not
+// fitting the slot; whatever kv_tma_view refuses (the kernel finds the page by 32-bit division:
+// a capacity under 2^31 keys).
+using TmaTileView = KvTmaView;
 std::optional<TmaTileView> tma_tile_view(const KvTensor& kv, KvType type, int32_t row_bytes,
                                          int32_t slot, const AttentionProblem& p);
 

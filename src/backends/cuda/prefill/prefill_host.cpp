@@ -177,24 +177,12 @@ Status check_prefill_tensors(const Plan& plan, const AttentionTensors& t) {
 // raw rows in their slots; false where TMA cannot describe it.
 bool encode_prefill_map(TensorMapBytes& map, const KvTensor& kv, TileMode mode, int32_t row_bytes,
                         int32_t slot, const AttentionProblem& p, int32_t& box_rows) {
-  PrefillTmaTensor t;
-  t.data = reinterpret_cast<uintptr_t>(kv.data);
-  t.stride_token = kv.stride_token;
-  t.stride_head = kv.stride_head;
-  t.stride_seq = kv.stride_seq;
-  t.stride_page = kv.stride_page;
-  t.n_pages = kv.n_pages;
   const bool direct = mode == TileMode::direct;
   const int32_t box_bytes = direct ? 128 : slot;
   PrefillTmaView v;
-  if (!prefill_tma_view(t, row_bytes, box_bytes, direct, p, v)) return false;
+  if (!prefill_tma_view(kv_tma_tensor(kv), row_bytes, box_bytes, direct, p, v)) return false;
   box_rows = v.box_rows;
-  const uint64_t dims[3] = {static_cast<uint64_t>(v.extent), static_cast<uint64_t>(v.rows),
-                            static_cast<uint64_t>(v.outer)};
-  const uint64_t strides[2] = {static_cast<uint64_t>(kv.stride_token),
-                               static_cast<uint64_t>(v.outer_stride)};
-  const uint32_t box[3] = {static_cast<uint32_t>(box_bytes), static_cast<uint32_t>(v.box_rows), 1};
-  return encode_tensor_map_u8_3d(map, kv.data, dims, strides, box, direct);
+  return encode_kv_tma_map(map, kv.data, v, kv.stride_token, box_bytes, v.box_rows, direct);
 }
 
 // No silent slow path: with KVFLASH_LOG_DISPATCH set, the first call of the process whose

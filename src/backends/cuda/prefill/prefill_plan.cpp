@@ -108,33 +108,18 @@ PrefillLayout prefill_layout(const AttentionProblem& p) {
   return l;
 }
 
-bool prefill_tma_view(const PrefillTmaTensor& kv, int32_t row_bytes, int32_t box_bytes, bool direct,
+bool prefill_tma_view(const KvTmaTensor& kv, int32_t row_bytes, int32_t box_bytes, bool direct,
                       const AttentionProblem& p, PrefillTmaView& v) {
-  const auto m16 = [](int64_t x) { return x % 16 == 0; };
-  if (kv.data % 16 != 0 || kv.stride_token <= 0 || !m16(kv.stride_token) || kv.stride_head < 0 ||
-      (direct && !m16(kv.stride_head)) || box_bytes % 16 != 0 || box_bytes > 256 ||
-      p.kv_capacity >= (int64_t{1} << 31))
-    return false;
+  if (box_bytes % 16 != 0 || box_bytes > 256 || (direct && kv.stride_head % 16 != 0)) return false;
   if (!direct && 15 + row_bytes > box_bytes) return false;  // the widest lead and the row
-  v.extent = int64_t{p.n_kv_heads - 1} * kv.stride_head + row_bytes;
-  if (v.extent > kv.stride_token || v.extent > (int64_t{1} << 31)) return false;
-  if (p.page_size > 0) {
-    v.box_rows = p.page_size % 64 == 0   ? 64
-                 : p.page_size % 32 == 0 ? 32
-                 : p.page_size % 16 == 0 ? 16
-                                         : 0;
-    if (v.box_rows == 0 || p.window > 0 || kv.n_pages < 1 || kv.n_pages > INT32_MAX) return false;
-    v.rows = p.page_size;
-    v.outer = kv.n_pages;
-    v.outer_stride = kv.stride_page;
-  } else {
-    v.box_rows = kTileKeys;
-    v.rows = p.kv_capacity;
-    v.outer = p.n_seqs;
-    // One sequence: the sequence dimension is never stepped; any valid stride does.
-    v.outer_stride = p.n_seqs > 1 ? kv.stride_seq : kv.stride_token * p.kv_capacity;
-  }
-  return v.outer_stride > 0 && m16(v.outer_stride) && v.outer_stride < (int64_t{1} << 40);
+  const std::optional<KvTmaView> view = kv_tma_view(kv, row_bytes, 16, p);
+  if (!view) return false;
+  static_cast<KvTmaView&>(v) = *view;
+  v.box_rows = p.page_size <= 0        ? kTileKeys
+               : p.page_size % 64 == 0 ? 64
+               : p.page_size % 32 == 0 ? 32
+                                       : 16;
+  return true;
 }
 
 int32_t prefill_splits(const AttentionProblem& p, const PrefillLayout& l, int32_t sm_count) {

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backends/cuda/common/kv_tma_view.hpp"
 #include "backends/cuda/common/routing.hpp"  // min_prefill_q_tokens
 #include "kvflash/problem.hpp"
 
@@ -127,29 +128,19 @@ struct PrefillLayout {
   int32_t n_row_blocks = 0;                                 // CTAs per (sequence, KV head)
 };
 
-// How TMA copies a tensor's tiles for the TMA kernel: the tensor viewed as [outer][row][the bytes
-// of all heads' rows] (outer: the sequence and row the token of a contiguous tensor; the pool's
-// page and the token in it of a paged one), one box = box_rows rows x box_bytes: for a direct
-// tensor 128 bytes (one 64-dim atom of the operand tile, in its 128-byte swizzle) from the head's
-// row, for a raw one its slot from the head's row rounded down to 16 bytes (the row lands after
-// that lead, the same for every row, as the raw stage holds it). Paged tensors: boxes never cross
-// a page (box_rows divides page_size and kTileKeys; no window, so tiles start at multiples of
-// kTileKeys). Nothing where TMA cannot describe it (the kernel without TMA runs): data, token,
-// sequence or page strides not multiples of 16 bytes (the head stride too for a direct tensor),
-// heads not inside one token's row, a box over 256 bytes, a capacity of 2^31 keys or more, pages
-// as above.
-struct PrefillTmaView {
-  int64_t extent = 0;        // dimension 0: bytes of a token's row (all heads)
-  int64_t rows = 0;          // dimension 1: kv_capacity, or page_size
-  int64_t outer = 0;         // dimension 2: n_seqs, or the pool's pages
-  int64_t outer_stride = 0;  // bytes from one sequence (page) to the next
+// How TMA copies a tensor's tiles for the TMA kernel: kv_tma_view's view (common/kv_tma_view.hpp)
+// with one box = box_rows rows x box_bytes: for a direct tensor 128 bytes (one 64-dim atom of the
+// operand tile, in its 128-byte swizzle) from the head's row, for a raw one its slot from the
+// head's row rounded down to 16 bytes (the row lands after that lead, the same for every row, as
+// the raw stage holds it). Paged tensors: boxes never cross a page (box_rows divides page_size
+// and kTileKeys; no window, so tiles start at multiples of kTileKeys). Nothing where TMA cannot
+// describe it (the kernel without TMA runs): what kv_tma_view refuses, a head stride not a
+// multiple of 16 bytes for a direct tensor, a box over 256 bytes or not holding the widest lead
+// and the row, pages not a multiple of 16 tokens.
+struct PrefillTmaView : KvTmaView {
   int32_t box_rows = 0;
 };
-struct PrefillTmaTensor {  // what prefill_tma_view reads of a KvTensor (plain values: testable)
-  uintptr_t data = 0;
-  int64_t stride_token = 0, stride_head = 0, stride_seq = 0, stride_page = 0, n_pages = 0;
-};
-bool prefill_tma_view(const PrefillTmaTensor& kv, int32_t row_bytes, int32_t box_bytes, bool direct,
+bool prefill_tma_view(const KvTmaTensor& kv, int32_t row_bytes, int32_t box_bytes, bool direct,
                       const AttentionProblem& p, PrefillTmaView& view);
 
 // Dims the prefill kernel computes over: float types their own (every supported head dim is a
