@@ -31,10 +31,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   PrefillCta cta;
   if (!prefill_cta(p, kRows, cta)) return;
-  if (tid < 4) sign_words[tid] = sign_word(tid);
-  if (tid == 0) bad_input = cta.len < 0 || cta.len > p.kv_capacity;
-  if (tid < 4) marks.bits[tid >> 1][tid & 1] = 0u;
-  __syncthreads();
+  start_cta(p, cta, sign_words, marks, bad_input, tid);
 
   uint8_t* const sq = smem + p.q_off;
   const auto stage = [&](int s) { return smem + s * p.stage_bytes; };

@@ -466,6 +466,18 @@ __device__ __forceinline__ bool prefill_cta(const PrefillParams& p, int rows, Pr
   return true;
 }
 
+// The shared state a kernel whose threads copy the tiles sets before its first barrier: the turbo
+// sign words, zero_hidden_v's marks, and the bad-input flag (a device length outside 0 ..
+// kv_capacity).
+__device__ __forceinline__ void start_cta(const PrefillParams& p, const PrefillCta& cta,
+                                          uint32_t* sign_words, WeighedMarks& marks, int& bad_input,
+                                          int tid) {
+  if (tid < 4) sign_words[tid] = sign_word(tid);
+  if (tid == 0) bad_input = cta.len < 0 || cta.len > p.kv_capacity;
+  if (tid < 4) marks.bits[tid >> 1][tid & 1] = 0u;
+  __syncthreads();
+}
+
 // A lane's rows and their softmax state: the accumulators o (storage domain), the running maxima
 // (base 2) and sums, for row g + 8 r of the warp's 16 in each of its kMT blocks.
 template <int kMT, int kVt>

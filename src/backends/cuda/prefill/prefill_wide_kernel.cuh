@@ -44,10 +44,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   PrefillCta cta;
   if (!prefill_cta(p, kRows, cta)) return;
-  if (tid < 4) sign_words[tid] = sign_word(tid);
-  if (tid == 0) bad_input = cta.len < 0 || cta.len > p.kv_capacity;
-  if (tid < 4) marks.bits[tid >> 1][tid & 1] = 0u;
-  __syncthreads();
+  start_cta(p, cta, sign_words, marks, bad_input, tid);
 
   // Q (turbo K: rotated through the scratch inside K's tile, which no tile fills before the first
   // barrier of the loop).
