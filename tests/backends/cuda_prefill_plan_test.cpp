@@ -45,12 +45,16 @@ TEST(CudaPrefillLayout, RegionsAreAlignedDisjointAndFitTheDevice) {
         const int64_t v_tile = swizzled_bytes(kTileKeys, l.dv_bucket);
         std::vector<Region> r = {{l.q_off, l.q_off + swizzled_bytes(l.block_rows, l.dv_bucket)}};
         std::vector<int64_t> operand_tiles = {l.q_off};
-        // Two stages for the kernel with its threads' copies; direct K and V as many as fit for
-        // the TMA kernel's ring.
+        // Two stages for the kernel with its threads' copies; as many as fit for the TMA
+        // kernel's ring.
         EXPECT_GE(l.n_stages, kStages);
         EXPECT_LE(l.n_stages, kMaxTmaStages);
         if (!tma_kernel_pair(l.k_mode, l.v_mode, l.dv_bucket)) {
           EXPECT_EQ(l.n_stages, kStages);
+        } else if (tma_overlaps_pv(l.dv_bucket)) {
+          // A tile's stage stays in use until the next tile's softmax is done: a third stage
+          // keeps a copy in flight.
+          EXPECT_GE(l.n_stages, 3);
         }
         for (int s = 0; s < l.n_stages; ++s) {
           const int64_t base = int64_t{s} * l.stage_bytes;
@@ -70,9 +74,12 @@ TEST(CudaPrefillLayout, RegionsAreAlignedDisjointAndFitTheDevice) {
           staged(l.v_mode, v_tile, l.v_slot, l.v_stage_off, l.v_lead_off);
           EXPECT_LE(base + l.stage_bytes, int64_t{l.k_stage_off} + (s + 1) * l.stage_bytes);
         }
-        // Decoded tiles: two sets for a pair that may run the TMA kernel, one else.
+        // Decoded tiles: two or three sets (tma_overlaps_pv) for a pair that may run the TMA
+        // kernel, one else.
         const bool decoded = l.k_mode != TileMode::direct || l.v_mode != TileMode::direct;
-        EXPECT_EQ(l.n_dec, tma_kernel_pair(l.k_mode, l.v_mode, l.dv_bucket) && decoded ? 2 : 1);
+        EXPECT_EQ(l.n_dec, tma_kernel_pair(l.k_mode, l.v_mode, l.dv_bucket) && decoded
+                               ? (tma_overlaps_pv(l.dv_bucket) ? 3 : 2)
+                               : 1);
         for (int set = 0; set < l.n_dec; ++set) {
           const int64_t o = int64_t{set} * l.dec_stride;
           if (l.k_mode != TileMode::direct) {

@@ -52,6 +52,19 @@ __device__ __forceinline__ void wgmma_wait() {
 #endif
 }
 
+// Registers that an in-flight wgmma reads or writes (accumulators, register A operands) held in
+// place around its issue and its wait: the empty asm "writes" each register, so the compiler
+// moves no access of them across the fence (CUTLASS's warpgroup_fence_operand). Needed where other
+// work runs between a wgmma's commit and its wait.
+template <int N>
+__device__ __forceinline__ void wgmma_fence_operand(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+__device__ __forceinline__ void wgmma_fence_operand(uint4& a) {
+  asm volatile("" : "+r"(a.x), "+r"(a.y), "+r"(a.z), "+r"(a.w)::"memory");
+}
+
 // Warp specialization: a warpgroup gives registers back (a producer that only issues copies) or
 // takes them (the MMA warpgroups), all its threads together; the kernel's launch bound sets the
 // pool (its threads x its per-thread count) that the warpgroups' new counts share.

@@ -65,14 +65,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (j + 1 < n_tiles) issue(j + 1);
     uint8_t* st = stage(static_cast<int>(j & 1));
     const int64_t k0 = cta.keys.lo + j * kTileKeys;
-    if constexpr (kModeK == TileMode::raw)
-      decode_tile<KT>(st + p.k_stage_off, st + p.k_lead_off, p.k_slot, smem + p.k_dec_off, p.dkc,
-                      p.k_div_items, tid);
+    decode_stage<KT, VT>(p, st, smem, RowLeads{st + p.k_lead_off}, RowLeads{st + p.v_lead_off},
+                         tid);
     if constexpr (kModeK == TileMode::convert)
       convert_tile(p, p.k, cta, k0, smem + p.k_dec_off, p.dkc, p.k_div_items, tid, &bad_input);
-    if constexpr (kModeV == TileMode::raw)
-      decode_tile<VT>(st + p.v_stage_off, st + p.v_lead_off, p.v_slot, smem + p.v_dec_off, p.dvc,
-                      p.v_div_items, tid);
     if constexpr (kModeV == TileMode::convert)
       convert_tile(p, p.v, cta, k0, smem + p.v_dec_off, p.dvc, p.v_div_items, tid, &bad_input);
     if constexpr (kModeK != TileMode::direct || kModeV != TileMode::direct) {

@@ -88,9 +88,10 @@ PrefillLayout prefill_layout(const AttentionProblem& p) {
   const int32_t dec =
       (l.k_mode != TileMode::direct ? k_tile : 0) + (l.v_mode != TileMode::direct ? v_tile : 0);
   const int32_t scratch = is_rotated(p.k_type) ? kWarps * 128 * 4 : 0;
-  // A pair that may run the TMA kernel: two decoded sets, as many stages as the budget holds.
+  // A pair that may run the TMA kernel: two or three decoded sets, as many stages as the budget
+  // holds.
   if (tma_kernel_pair(l.k_mode, l.v_mode, l.dv_bucket)) {
-    l.n_dec = dec > 0 ? 2 : 1;
+    l.n_dec = dec == 0 ? 1 : tma_dec_sets(l.dv_bucket);
     const int32_t fit = (kTmaSmemBudget - off - l.n_dec * dec - scratch) / l.stage_bytes;
     l.n_stages = std::clamp(fit, kStages, kMaxTmaStages);
   }

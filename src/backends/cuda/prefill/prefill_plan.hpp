@@ -64,10 +64,21 @@ constexpr TileMode tile_mode(KvType t) {
 
 // Whether a pair's tiles may take the TMA kernel: no f32 tensor (its rows are converted when
 // used), and quantized ones only in the 128-dim instance (its MMA warps decode the tiles within
-// the 240 registers the producer warpgroup leaves them).
+// the 232 registers the producer warpgroup leaves them).
 constexpr bool tma_kernel_pair(TileMode k, TileMode v, int32_t dv_bucket) {
   if (k == TileMode::convert || v == TileMode::convert || is_wide(dv_bucket)) return false;
   return (k == TileMode::direct && v == TileMode::direct) || dv_bucket <= 128;
+}
+// Whether the TMA kernel's MMA warps overlap a tile's softmax with the previous tile's P.V (issued
+// before the softmax, waited after it): in the 128-dim instance, whose ring holds 3-4 stages. A
+// tile's stage and decoded set then stay in use one tile longer: three decoded sets (tile j is
+// decoded while P.V of tile j - 1 may still read its set). The 256-dim instance (two stages fit)
+// waits for each product before the next step.
+constexpr bool tma_overlaps_pv(int32_t dv_bucket) {
+  return dv_bucket <= 128;
+}
+constexpr int32_t tma_dec_sets(int32_t dv_bucket) {
+  return tma_overlaps_pv(dv_bucket) ? 3 : 2;
 }
 
 // The kernel instances: 128 when both computed dims are at most 128, 256 when both are at most
@@ -116,8 +127,9 @@ struct PrefillLayout {
   int32_t n_stages = kStages;  // stages laid out: more for the TMA kernel (tma_kernel_pair)
   int32_t k_lead_off = 0, v_lead_off = 0;  // per stage: one lead byte per raw row (raw)
   int32_t k_dec_off = 0, v_dec_off = 0;    // the decoded operand tiles (raw, convert)
-  // Decoded tiles come in n_dec sets dec_stride bytes apart: two for the TMA kernel (tile j
-  // decoded into set j % 2 while the other warpgroup may still read set (j - 1) % 2), one else.
+  // Decoded tiles come in n_dec sets dec_stride bytes apart: for the TMA kernel two (tile j
+  // decoded into set j % 2 while the other warpgroup may still read set (j - 1) % 2) or three
+  // (tma_overlaps_pv: and P.V of tile j - 1 may still read its set), one else.
   // The wide instance: one stage of the direct tensors' operand tiles, no raw slots (quantized
   // and f32 tiles are decoded from global memory into their k_dec_off / v_dec_off tiles).
   int32_t n_dec = 1, dec_stride = 0;

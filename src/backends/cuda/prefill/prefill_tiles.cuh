@@ -110,14 +110,13 @@ __device__ __forceinline__ void convert_tile(const PrefillParams& p, const TileC
   }
 }
 
-// One work item of a decoded tile: 32-dim block b of row r, thread slot t (eight values): decode's
-// K fragment decoders give them as f16 pairs (turbo: centroids, times the group's norm here),
-// k_frag_dim_words puts them in dim order, written into the f16 operand tile `dst` (storage
-// domain: turbo rotated). kEmpty: rows outside the range (src null) get zeros. (A row's format is
-// the same for K and V, so V tiles go through K's fragment decoders too.)
+// One work item of a decoded tile: 32-dim block b of a row, thread slot t (eight values): decode's
+// K fragment decoders give them as f16 pairs (turbo: centroids, times the group's norm here).
+// kEmpty: rows outside the range (src null) get zeros. (A row's format is the same for K and V,
+// so V tiles go through K's fragment decoders too.)
 template <KvType T, bool kEmpty>
-__device__ __forceinline__ void decode_item(const uint8_t* src, int r, int b, int t, uint8_t* dst,
-                                            const TurboLut<T>& tlut) {
+__device__ __forceinline__ frag4 item_frag(const uint8_t* src, int b, int t,
+                                           const TurboLut<T>& tlut) {
   frag4 f = make_frag4(0u, 0u, 0u, 0u);
   if (!kEmpty || src != nullptr) {
     if constexpr (is_rotated(T)) {
@@ -128,6 +127,13 @@ __device__ __forceinline__ void decode_item(const uint8_t* src, int r, int b, in
       f = k_frag_quant<T>(src, b, t);
     }
   }
+  return f;
+}
+
+// An item's values (item_frag) into row r of the f16 operand tile `dst` (storage domain: turbo
+// rotated): k_frag_dim_words puts them in dim order.
+template <KvType T>
+__device__ __forceinline__ void store_item(const frag4& f, int r, int b, int t, uint8_t* dst) {
   int dim[4];
   uint32_t w[4];
   k_frag_dim_words<T>(f, b, t, dim, w);
@@ -145,19 +151,47 @@ __device__ __forceinline__ void decode_item(const uint8_t* src, int r, int b, in
   }
 }
 
-// Decodes a stage's raw rows of quantized type T into the f16 operand tile, `dc` computed dims
-// per row; work items (row, 32-dim block, thread slot) as decode_item's.
-template <KvType T>
-__device__ __forceinline__ void decode_tile(const uint8_t* raw, const uint8_t* leads, int slot,
-                                            uint8_t* dst, int dc, const FastDiv& div_items,
-                                            int tid) {
+// Where a stage's raw rows start in their slots: after one lead for every row (the TMA kernel's
+// boxes: the head's offset in the token's row, the same for each), or after each row's own lead
+// byte (the threads' copies).
+struct OneLead {
+  int lead;
+  __device__ __forceinline__ int operator()(int) const { return lead; }
+};
+struct RowLeads {
+  const uint8_t* leads;
+  __device__ __forceinline__ int operator()(int r) const { return leads[r]; }
+};
+
+// A raw tile of quantized type T decoded into the f16 operand tile `dst`, item by item (items:
+// row, 32-dim block, thread slot, as item_frag's; `dc` computed dims per row). (Reading every
+// item of both tensors into registers before storing any, so that all their shared-memory loads
+// are in flight together, ran the quantized TMA kernel 0.88-0.95x: H100, 2026-12-06.)
+template <KvType T, class Leads>
+__device__ __forceinline__ void decode_items(const uint8_t* raw, Leads leads, int slot,
+                                             uint8_t* dst, int dc, const FastDiv& div_items,
+                                             int tid) {
   const int per_row = dc / 32 * 4, total = kTileKeys * per_row;
   TurboLut<T> tlut;
   if constexpr (is_rotated(T)) tlut.init();
   for (int i = tid; i < total; i += kThreads) {
     const int r = fdiv(i, div_items), bt = i - r * per_row, b = bt >> 2, t = bt & 3;
-    decode_item<T, false>(raw + r * slot + leads[r], r, b, t, dst, tlut);
+    store_item<T>(item_frag<T, false>(raw + r * slot + leads(r), b, t, tlut), r, b, t, dst);
   }
+}
+
+// A stage's raw tiles (K's, V's or both: the tensors of TileMode::raw) decoded into the operand
+// tiles at `dec` (+ k_dec_off, v_dec_off).
+template <KvType KT, KvType VT, class KLeads, class VLeads>
+__device__ __forceinline__ void decode_stage(const PrefillParams& p, const uint8_t* st,
+                                             uint8_t* dec, KLeads k_leads, VLeads v_leads,
+                                             int tid) {
+  if constexpr (tile_mode(KT) == TileMode::raw)
+    decode_items<KT>(st + p.k_stage_off, k_leads, p.k_slot, dec + p.k_dec_off, p.dkc, p.k_div_items,
+                     tid);
+  if constexpr (tile_mode(VT) == TileMode::raw)
+    decode_items<VT>(st + p.v_stage_off, v_leads, p.v_slot, dec + p.v_dec_off, p.dvc, p.v_div_items,
+                     tid);
 }
 
 // The same for keys [k0, k0 + kTileKeys) read straight from the tensor in global memory (the wide
@@ -173,7 +207,7 @@ __device__ __forceinline__ void decode_rows(const PrefillParams& p, const TileCo
     const int r = fdiv(i, div_items), bt = i - r * per_row, b = bt >> 2, t = bt & 3;
     const bool valid = k0 + r < cta.keys.hi;
     const uint8_t* src = valid ? tile_row(p, c, cta, k0 + r, true, bad_input) : nullptr;
-    decode_item<T, true>(src, r, b, t, dst, tlut);
+    store_item<T>(item_frag<T, true>(src, b, t, tlut), r, b, t, dst);
   }
 }
 
@@ -242,8 +276,9 @@ __device__ __forceinline__ float (&flat(float (&a)[N / 4][4]))[N] {
 }
 
 // S = Q.K^T for the warpgroup's kMT blocks of 64 rows and the tile's 64 keys: s[m][n-tile][4]
-// (the lane's part, mma.sync's C layout). One wgmma m64n64k16 per block and 16-dim step, Q and
-// K read from their swizzled tiles (q_rows rows; K: kTileKeys). The steps run to kMaxDkc (a
+// (the lane's part, mma.sync's C layout), issued as one committed group (the caller waits). One
+// wgmma m64n64k16 per block and 16-dim step, Q and K read from their swizzled tiles (q_rows rows;
+// K: kTileKeys). The steps run to kMaxDkc (a
 // branch between two wgmma would end their chain: the compiler then waits on each); those past
 // dkc read Q's zero columns for both operands (stage_q zero-fills Q to kMaxDkc).
 template <bool kBf16, int kMT, int kMaxDkc>
@@ -263,7 +298,6 @@ __device__ __forceinline__ void qk_tile(float (&s)[kMT][8][4], uint32_t sq_addr,
     }
   }
   wgmma_commit();
-  wgmma_wait<0>();
 }
 
 // The scores of one M tile into base-2 logits: scale, softcap, ALiBi, mask, and where the tile
@@ -312,11 +346,10 @@ __device__ __forceinline__ void score_tile(const PrefillParams& p, const Prefill
 }
 
 // The online softmax over one tile for the lane's two rows of an M tile: new maxima (base 2), the
-// weights P in place of the scores, the running sums and the accumulators rescaled (state_ref's
-// rule: an empty row's reference is 0).
-template <int kVt>
+// weights P in place of the scores, the running sums, and each row's factor `alpha` for its
+// accumulators (rescale_o; state_ref's rule: an empty row's reference is 0).
 __device__ __forceinline__ void softmax_tile(float (&s)[8][4], float (&m)[2], float (&l)[2],
-                                             float (&o)[kVt][4]) {
+                                             float (&alpha)[2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float mx = -std::numeric_limits<float>::infinity();
@@ -326,7 +359,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[8][4], float (&m)[2], fl
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float m_new = fmaxf(m[r], mx);
     const float ref = state_ref(m_new);
-    const float alpha = exp2_ftz(m[r] - ref);
+    alpha[r] = exp2_ftz(m[r] - ref);
     float sum = 0.0f;
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
@@ -334,14 +367,21 @@ __device__ __forceinline__ void softmax_tile(float (&s)[8][4], float (&m)[2], fl
       s[n][2 * r + 1] = exp2_ftz(s[n][2 * r + 1] - ref);
       sum += s[n][2 * r] + s[n][2 * r + 1];
     }
-    l[r] = l[r] * alpha + sum;
+    l[r] = l[r] * alpha[r] + sum;
     m[r] = m_new;
+  }
+}
+
+// The accumulators of an M tile's two rows of the lane times their softmax factors.
+template <int kVt>
+__device__ __forceinline__ void rescale_o(float (&o)[kVt][4], const float (&alpha)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
 #pragma unroll
     for (int d = 0; d < kVt; ++d) {
-      o[d][2 * r] *= alpha;
-      o[d][2 * r + 1] *= alpha;
+      o[d][2 * r] *= alpha[r];
+      o[d][2 * r + 1] *= alpha[r];
     }
-  }
 }
 
 // P of one M tile as the A operands of P.V's four 16-key steps (the accumulator layout of two
@@ -357,9 +397,10 @@ __device__ __forceinline__ void pack_p(uint4 (&pa)[4], const float (&s)[8][4]) {
                         pack2<kBf16>(s[2 * kc + 1][2], s[2 * kc + 1][3]));
 }
 
-// O += P.V for the warpgroup's kMT blocks: one wgmma m64n(8 kVt)k16 per block and 16-key step,
-// P from registers (pack_p), V's swizzled tile read as the MN-major B operand (keys are its
-// rows, its 64-dim atoms kTileKeys x 128 bytes apart).
+// O += P.V for the warpgroup's kMT blocks, issued as one committed group (the caller waits): one
+// wgmma m64n(8 kVt)k16 per block and 16-key step, P from registers (pack_p), V's swizzled tile
+// read as the MN-major B operand (keys are its rows, its 64-dim atoms kTileKeys x 128 bytes
+// apart).
 template <bool kBf16, int kMT, int kVt>
 __device__ __forceinline__ void pv_tile(float (&o)[kMT][kVt][4], const uint4 (&pa)[kMT][4],
                                         uint32_t sv_addr) {
@@ -371,7 +412,6 @@ __device__ __forceinline__ void pv_tile(float (&o)[kMT][kVt][4], const uint4 (&p
       wgmma_rs_tb<8 * kVt, kBf16>(flat<4 * kVt>(o[m]), pa[m][kc],
                                   sw128_desc(sv_addr + kc * 16 * 128, kTileKeys * 128, 1024));
   wgmma_commit();
-  wgmma_wait<0>();
 }
 
 // The MMA warps' own barrier (all of the CTA in prefill_kernel; the TMA kernel's producer
@@ -502,35 +542,82 @@ struct LaneRows {
   }
 };
 
+// A tile's P (the A operands of P.V, pack_p) from its scores S (qk_tile's, waited): scale,
+// visibility and extras (score_tile), the online softmax (the rows' maxima and sums; the factors
+// for their accumulators in `alpha`, applied by rescale_o).
+template <KvType VT, int DVB>
+__device__ __forceinline__ void tile_p(const PrefillParams& p, const PrefillCta& cta,
+                                       LaneRows<m_tiles(DVB), v_tiles(DVB)>& st,
+                                       float (&s)[m_tiles(DVB)][8][4], int64_t k0, bool masked,
+                                       int t, uint4 (&pa)[m_tiles(DVB)][4],
+                                       float (&alpha)[m_tiles(DVB)][2]) {
+#pragma unroll
+  for (int m = 0; m < m_tiles(DVB); ++m) {
+    score_tile(p, cta, s[m], st.row[m], k0, masked, t);
+    softmax_tile(s[m], st.m[m], st.l[m], alpha[m]);
+    pack_p<VT == KvType::bf16>(pa[m], s[m]);
+  }
+}
+template <int DVB>
+__device__ __forceinline__ void rescale_rows(LaneRows<m_tiles(DVB), v_tiles(DVB)>& st,
+                                             const float (&alpha)[m_tiles(DVB)][2]) {
+#pragma unroll
+  for (int m = 0; m < m_tiles(DVB); ++m) rescale_o<v_tiles(DVB)>(st.o[m], alpha[m]);
+}
+
+// O += P.V of a tile issued (pv_tile; the caller waits), the V rows of keys no row weighs zeroed
+// first where the tile may hide keys (`hidden_calls` counts zero_hidden_v's calls). The wide
+// instance: each warpgroup's P.V over its slice of V's dims.
+template <KvType VT, int DVB>
+__device__ __forceinline__ void issue_pv(const PrefillParams& p,
+                                         LaneRows<m_tiles(DVB), v_tiles(DVB)>& st,
+                                         const uint4 (&pa)[m_tiles(DVB)][4], uint8_t* sv,
+                                         bool masked, WeighedMarks& marks, int& hidden_calls,
+                                         int tid) {
+  constexpr int kMT = m_tiles(DVB), kVt = v_tiles(DVB);
+  if (masked || p.has_mask)
+    zero_hidden_v<kMT>(pa, sv, DVB / 64, marks, hidden_calls++, tid, tid & 31);
+  // (the wide instance: the warpgroup's slice starts kWideSliceDims / 64 atoms into V's tile)
+  const uint32_t v_slice = is_wide(DVB) ? (tid >> 7) * (kWideSliceDims / 64) * kTileKeys * 128 : 0;
+  pv_tile<VT == KvType::bf16, kMT, kVt>(st.o, pa, smem_addr(sv) + v_slice);
+}
+
+// The operands of an in-flight P.V (the accumulators, P) held in place around its issue and its
+// wait (wgmma_fence_operand), where other work runs between them.
+template <int DVB>
+__device__ __forceinline__ void fence_pv_operands(LaneRows<m_tiles(DVB), v_tiles(DVB)>& st,
+                                                  uint4 (&pa)[m_tiles(DVB)][4]) {
+#pragma unroll
+  for (int m = 0; m < m_tiles(DVB); ++m) {
+    wgmma_fence_operand(flat<4 * v_tiles(DVB)>(st.o[m]));
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) wgmma_fence_operand(pa[m][kc]);
+  }
+}
+
 // One tile's S = Q.K^T, scores, online softmax and O += P.V for a warpgroup's rows (sk, sv: the
-// tile's operand tiles); V rows of keys no row weighs zeroed first where the tile may hide keys
-// (`hidden_calls` counts zero_hidden_v's calls). The wide instance: both warpgroups compute the
-// same rows' S, each P.V over its slice of V's dims.
+// tile's operand tiles), each product waited before the next step. The wide instance: both
+// warpgroups compute the same rows' S, each P.V over its slice of V's dims.
 template <KvType KT, KvType VT, int DVB>
 __device__ __forceinline__ void attend_tile(const PrefillParams& p, const PrefillCta& cta,
                                             LaneRows<m_tiles(DVB), v_tiles(DVB)>& st,
                                             uint32_t sq_addr, const uint8_t* sk, uint8_t* sv,
                                             int64_t k0, bool masked, WeighedMarks& marks,
                                             int& hidden_calls, int tid) {
-  constexpr int kMT = m_tiles(DVB), kVt = v_tiles(DVB);
+  constexpr int kMT = m_tiles(DVB);
   constexpr bool kWide = is_wide(DVB);
-  const int lane = tid & 31, wg = tid >> 7, t = lane & 3;
   uint4 pa[kMT][4];
   {
     float s[kMT][8][4];
+    float alpha[kMT][2];
     qk_tile<KT == KvType::bf16, kMT, qk_dims(KT, DVB)>(s, sq_addr, smem_addr(sk), block_rows(DVB),
-                                                       p.dkc, kWide ? 0 : wg);
-#pragma unroll
-    for (int m = 0; m < kMT; ++m) {
-      score_tile(p, cta, s[m], st.row[m], k0, masked, t);
-      softmax_tile<kVt>(s[m], st.m[m], st.l[m], st.o[m]);
-      pack_p<VT == KvType::bf16>(pa[m], s[m]);
-    }
+                                                       p.dkc, kWide ? 0 : tid >> 7);
+    wgmma_wait<0>();
+    tile_p<VT, DVB>(p, cta, st, s, k0, masked, tid & 3, pa, alpha);
+    rescale_rows<DVB>(st, alpha);
   }
-  if (masked || p.has_mask) zero_hidden_v<kMT>(pa, sv, DVB / 64, marks, hidden_calls++, tid, lane);
-  // (the wide instance: the warpgroup's slice starts kWideSliceDims / 64 atoms into V's tile)
-  const uint32_t v_slice = kWide ? wg * (kWideSliceDims / 64) * kTileKeys * 128 : 0;
-  pv_tile<VT == KvType::bf16, kMT, kVt>(st.o, pa, smem_addr(sv) + v_slice);
+  issue_pv<VT, DVB>(p, st, pa, sv, masked, marks, hidden_calls, tid);
+  wgmma_wait<0>();
 }
 
 // Epilogue (the MMA warps, after a barrier of theirs: the tiles are done, bad_input is final):

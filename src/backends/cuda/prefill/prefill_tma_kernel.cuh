@@ -11,47 +11,60 @@
 
 namespace kvflash::cuda::prefill {
 
-// One tensor's boxes of a tile into its place in a stage: a direct tensor's 64-dim atoms of each
-// box of rows (swizzled), a raw tensor's slots (one box of `slot` bytes per box of rows, from
-// the head's row rounded down to 16 bytes). The bytes it will count on the full barrier.
+// Box b of a tile (rows b br .. of the stage's tile) of one tensor into its place in a stage: a
+// direct tensor's 64-dim atoms (swizzled), a raw tensor's slots (`slot` bytes a row, from the
+// head's row rounded down to 16 bytes). `row`, `outer`: the box's coordinates in the tensor map.
 template <TileMode kMode>
-__device__ __forceinline__ void tma_tile(const TensorMapBytes* map, uint8_t* dst, int atoms,
-                                         int slot, int x, int br, int n_boxes, const int* row,
-                                         const int* outer, uint64_t* full) {
-  for (int b = 0; b < n_boxes; ++b) {
-    if constexpr (kMode == TileMode::direct) {
-      for (int a = 0; a < atoms; ++a)
-        tma_load_3d(dst + a * kTileKeys * 128 + b * br * 128, map, x + a * 128, row[b], outer[b],
-                    full);
-    } else {
-      tma_load_3d(dst + b * br * slot, map, x, row[b], outer[b], full);
-    }
+__device__ __forceinline__ void tma_box(const TensorMapBytes* map, uint8_t* dst, int atoms,
+                                        int slot, int x, int br, int b, int row, int outer,
+                                        uint64_t* full) {
+  if constexpr (kMode == TileMode::direct) {
+    for (int a = 0; a < atoms; ++a)
+      tma_load_3d(dst + a * kTileKeys * 128 + b * br * 128, map, x + a * 128, row, outer, full);
+  } else {
+    tma_load_3d(dst + b * br * slot, map, x, row, outer, full);
   }
 }
+// The bytes of a tile's n_boxes boxes of one tensor, as its full barrier counts them.
 template <TileMode kMode>
 __device__ __forceinline__ int tma_tile_bytes(int atoms, int slot, int br, int n_boxes) {
   return kMode == TileMode::direct ? n_boxes * atoms * br * 128 : n_boxes * br * slot;
 }
 
-// The producer: one thread issues each tile's boxes into the ring's next stage once the MMA
-// warps released it (empty), the bytes counted on the stage's full barrier. Boxes wholly past
-// the range's end are not loaded (a paged table need not hold their pages): the stage keeps older
-// rows there, which the tile's visibility test and hidden-key zeroing keep out of O. A page
-// table entry outside the pool is read as page 0 and flagged.
+// The producer warp: each tile's boxes go into the ring's next stage once the MMA warps
+// released it (empty), issued by lane 0 after it armed the stage's full barrier with their bytes.
+// Boxes wholly past the range's end are not loaded (a paged table need not hold their pages): the
+// stage keeps older rows there, which the tile's visibility test and hidden-key zeroing keep out
+// of O. Paged tensors: the page table entries of 32 boxes (a window: 8 tiles of 16-row boxes,
+// whole tiles for every box size) are read at once, one box per lane, and lane 0 takes each box's
+// from its lane by a shuffle (one thread's table loads, one box after the other, held pages of 16
+// tokens to a third of the contiguous rate); an entry outside the pool is read as page 0 and
+// flagged before the arrivals of the window's tiles.
 template <TileMode kModeK, TileMode kModeV>
 __device__ __forceinline__ void produce_tiles(const PrefillParams& p, const PrefillCta& cta,
                                               int64_t n_tiles, uint8_t* smem, uint64_t* full,
-                                              uint64_t* empty, int* bad_input) {
+                                              uint64_t* empty, int* bad_input, int lane) {
   const int k_atoms = (p.dkc + 63) / 64, v_atoms = (p.dvc + 63) / 64, br = p.tma_box_rows;
+  const int tile_boxes = kTileKeys / br;
   // Dimension 0 of a box: the head's row (direct), rounded down to 16 bytes (raw: the lead).
   const int k_x = (cta.kvh * static_cast<int>(p.k.sh)) & (kModeK == TileMode::raw ? ~15 : ~0);
   const int v_x = (cta.kvh * static_cast<int>(p.v.sh)) & (kModeV == TileMode::raw ? ~15 : ~0);
-  bool bad = false;  // (a register: the table's loads of a tile need not wait on a flag store)
-  const auto page_of = [&](const TileCopy& c, int64_t key) {
-    const int32_t page = __ldg(c.pages + int64_t{cta.seq} * c.pps + key / p.page_size);
-    const bool outside = page < 0 || page >= c.n_pages;
-    bad |= outside;
-    return outside ? 0 : page;
+  // Paged: the pages of this lane's box (lane) of the current window.
+  int32_t k_page = 0, v_page = 0;
+  const auto load_window = [&](int64_t first_box) {
+    const int64_t key = cta.keys.lo + (first_box + lane) * br;
+    bool outside = false;
+    const auto page_of = [&](const TileCopy& c) {
+      const int32_t page = __ldg(c.pages + int64_t{cta.seq} * c.pps + key / p.page_size);
+      const bool bad = page < 0 || page >= c.n_pages;
+      outside |= bad;
+      return bad ? 0 : page;
+    };
+    if (key < cta.keys.hi) {
+      k_page = page_of(p.k);
+      v_page = page_of(p.v);
+    }
+    if (__any_sync(0xffffffffu, outside) && lane == 0) *bad_input = 1;
   };
   int s = 0;
   uint32_t phase = 0;
@@ -59,27 +72,29 @@ __device__ __forceinline__ void produce_tiles(const PrefillParams& p, const Pref
     if (j >= p.n_stages) mbar_wait(&empty[s], phase ^ 1u);
     uint8_t* const st = smem + s * p.stage_bytes;
     const int64_t k0 = cta.keys.lo + j * kTileKeys;
-    const int64_t end = min(k0 + kTileKeys, cta.keys.hi);
-    const int n_boxes = static_cast<int>((end - k0 + br - 1) / br);
-    int row[kTileKeys / 16], k_outer[kTileKeys / 16], v_outer[kTileKeys / 16];  // per box
+    const int n_boxes = static_cast<int>((min(k0 + kTileKeys, cta.keys.hi) - k0 + br - 1) / br);
+    if (p.page_size > 0 && (j * tile_boxes) % 32 == 0) load_window(j * tile_boxes);
+    if (lane == 0)
+      mbar_arrive_expect_tx(
+          &full[s], static_cast<uint32_t>(tma_tile_bytes<kModeK>(k_atoms, p.k_slot, br, n_boxes) +
+                                          tma_tile_bytes<kModeV>(v_atoms, p.v_slot, br, n_boxes)));
     for (int b = 0; b < n_boxes; ++b) {
       const int64_t key = k0 + b * br;
-      row[b] = static_cast<int>(key);
-      k_outer[b] = v_outer[b] = cta.seq;
+      int row = static_cast<int>(key), k_outer = cta.seq, v_outer = cta.seq;
       if (p.page_size > 0) {
-        row[b] = static_cast<int>(key % p.page_size);
-        k_outer[b] = page_of(p.k, key);
-        v_outer[b] = page_of(p.v, key);
+        const int in_window = static_cast<int>((j * tile_boxes + b) % 32);
+        row = static_cast<int>(key % p.page_size);
+        k_outer = __shfl_sync(0xffffffffu, k_page, in_window);
+        v_outer = __shfl_sync(0xffffffffu, v_page, in_window);
+      }
+      if (lane == 0) {
+        tma_box<kModeK>(&p.k_map, st + p.k_stage_off, k_atoms, p.k_slot, k_x, br, b, row, k_outer,
+                        &full[s]);
+        tma_box<kModeV>(&p.v_map, st + p.v_stage_off, v_atoms, p.v_slot, v_x, br, b, row, v_outer,
+                        &full[s]);
       }
     }
-    if (bad) *bad_input = 1;  // before the stage's arrival, which releases it to the MMA warps
-    mbar_arrive_expect_tx(
-        &full[s], static_cast<uint32_t>(tma_tile_bytes<kModeK>(k_atoms, p.k_slot, br, n_boxes) +
-                                        tma_tile_bytes<kModeV>(v_atoms, p.v_slot, br, n_boxes)));
-    tma_tile<kModeK>(&p.k_map, st + p.k_stage_off, k_atoms, p.k_slot, k_x, br, n_boxes, row,
-                     k_outer, &full[s]);
-    tma_tile<kModeV>(&p.v_map, st + p.v_stage_off, v_atoms, p.v_slot, v_x, br, n_boxes, row,
-                     v_outer, &full[s]);
+    __syncwarp();
     if (++s == p.n_stages) {
       s = 0;
       phase ^= 1u;
@@ -87,12 +102,25 @@ __device__ __forceinline__ void produce_tiles(const PrefillParams& p, const Pref
   }
 }
 
+// A tile as the MMA warps see it once acquired: its operand tiles, its stage in the ring, its
+// first key and whether it may hide keys.
+struct AcquiredTile {
+  const uint8_t* sk;
+  uint8_t* sv;
+  int stage;
+  int64_t k0;
+  bool masked;
+};
+
 // Warps 0-7: the two MMA warpgroups (prefill_kernel's rows and steps), waiting on each stage's
 // full barrier and releasing it (one arrival per warp) once done with it, with no CTA-wide
-// barrier per tile; warpgroup 2: the producer (its registers handed to the MMA warpgroups).
-// Quantized tiles are decoded by the MMA warps into the decoded set j % 2, then one barrier of
-// theirs (every warp decoded tile j, and every warp is done with tile j - 1, which read the
-// other set); a stage of raw tiles only is released as soon as it is decoded.
+// barrier per tile; warpgroup 2: the producer (its first warp; its registers handed to the MMA
+// warpgroups).
+// Quantized tiles are decoded by the MMA warps into the next decoded set (n_dec of them), then
+// one barrier of theirs (every warp decoded tile j, and every warp is done with the tiles that
+// read that set before); a stage of raw tiles only is released as soon as it is decoded. In the
+// 128-dim instance (tma_overlaps_pv) tile j's Q.K^T and tile j - 1's P.V are issued together and
+// tile j's softmax runs while the P.V is in flight; the accumulators are rescaled after it.
 template <KvType KT, KvType VT, int DVB>
 __global__ void __launch_bounds__(kTmaThreads, 1)
     prefill_tma_kernel(const __grid_constant__ PrefillParams p) {
@@ -124,32 +152,23 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     sign_words[tid] = sign_word(tid);
     marks.bits[tid >> 1][tid & 1] = 0u;
   }
-  // Raw rows land after the same lead in every slot (prefill_tma_view): each stage's lead bytes
-  // are written once.
-  if constexpr (kRawK || kRawV) {
-    for (int i = tid; i < p.n_stages * kTileKeys; i += kTmaThreads) {
-      uint8_t* const st = smem + (i / kTileKeys) * p.stage_bytes;
-      if constexpr (kRawK)
-        st[p.k_lead_off + i % kTileKeys] = static_cast<uint8_t>((cta.kvh * p.k.sh) & 15);
-      if constexpr (kRawV)
-        st[p.v_lead_off + i % kTileKeys] = static_cast<uint8_t>((cta.kvh * p.v.sh) & 15);
-    }
-  }
   __syncthreads();
   const int64_t n_tiles = (cta.keys.hi - cta.keys.lo + kTileKeys - 1) / kTileKeys;
 
+  // Registers: 32 a thread for the producer (its page-table windows spilled at 24), 232 for the
+  // MMA warps (no spill at head dim 128).
   if (warp >= kWarps) {
-    warpgroup_regs_dec<24>();
-    if (tid == kThreads)
-      produce_tiles<kModeK, kModeV>(p, cta, n_tiles, smem, full, empty, &bad_input);
+    warpgroup_regs_dec<32>();
+    if (warp == kWarps)
+      produce_tiles<kModeK, kModeV>(p, cta, n_tiles, smem, full, empty, &bad_input, lane);
     return;
   }
-  warpgroup_regs_inc<240>();
+  warpgroup_regs_inc<232>();
 
   uint8_t* const sq = smem + p.q_off;
   stage_q<KT, kRows, qk_dims(KT, DVB)>(
       p, cta, sq, reinterpret_cast<float*>(smem + p.scratch_off) + warp * 128, sign_words, tid);
-  fence_proxy_async();  // Q's staging before the tensor cores read it
+  fence_proxy_async();  // Q's staging before the tensor cores read them
   mma_warps_sync();
 
   LaneRows<kMT, v_tiles(DVB)> rows;
@@ -157,37 +176,83 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   const int64_t pq_lo = cta.first_q + cta.row0 / p.group;
   const int64_t pq_hi = cta.first_q + (cta.row_end - 1) / p.group;
   const uint32_t sq_addr = smem_addr(sq);
-  int hidden_calls = 0, s = 0;
+  // Raw rows land after the same lead in every slot (prefill_tma_view: a box starts at the head's
+  // row rounded down to 16 bytes).
+  const OneLead k_lead{static_cast<int>((cta.kvh * p.k.sh) & 15)};
+  const OneLead v_lead{static_cast<int>((cta.kvh * p.v.sh) & 15)};
+  int hidden_calls = 0, s = 0, dec_set = 0;
   uint32_t phase = 0;
   const auto release = [&](int stage) {
     __syncwarp();
     if (lane == 0) mbar_arrive(&empty[stage]);  // this warp's reads of the stage are done
   };
-  for (int64_t j = 0; j < n_tiles; ++j) {
+  // Tile j: its stage landed, its raw tensors decoded into the next set.
+  const auto acquire = [&](int64_t j) {
     mbar_wait(&full[s], phase);
     uint8_t* const st = smem + s * p.stage_bytes;
-    const int64_t k0 = cta.keys.lo + j * kTileKeys;
-    const int dec = static_cast<int>(j & 1) * p.dec_stride;
+    uint8_t* const dec = smem + dec_set * p.dec_stride;
     if constexpr (kRawK || kRawV) {
-      if constexpr (kRawK)
-        decode_tile<KT>(st + p.k_stage_off, st + p.k_lead_off, p.k_slot, smem + p.k_dec_off + dec,
-                        p.dkc, p.k_div_items, tid);
-      if constexpr (kRawV)
-        decode_tile<VT>(st + p.v_stage_off, st + p.v_lead_off, p.v_slot, smem + p.v_dec_off + dec,
-                        p.dvc, p.v_div_items, tid);
+      decode_stage<KT, VT>(p, st, dec, k_lead, v_lead, tid);
       if constexpr (kEarlyRelease) release(s);
       fence_proxy_async();  // the decoded tiles before the tensor cores read them
       mma_warps_sync();
     }
-    const uint8_t* sk = kRawK ? smem + p.k_dec_off + dec : st + p.k_stage_off;
-    uint8_t* sv = kRawV ? smem + p.v_dec_off + dec : st + p.v_stage_off;
-    const bool masked = prefill_tile_needs_mask(k0, cta.keys.hi, p.causal, p.window, pq_lo, pq_hi);
-    attend_tile<KT, VT, DVB>(p, cta, rows, sq_addr, sk, sv, k0, masked, marks, hidden_calls, tid);
-    if constexpr (!kEarlyRelease) release(s);
+    const int64_t k0 = cta.keys.lo + j * kTileKeys;
+    const AcquiredTile tile{
+        kRawK ? dec + p.k_dec_off : st + p.k_stage_off,
+        kRawV ? dec + p.v_dec_off : st + p.v_stage_off, s, k0,
+        prefill_tile_needs_mask(k0, cta.keys.hi, p.causal, p.window, pq_lo, pq_hi)};
     if (++s == p.n_stages) {
       s = 0;
       phase ^= 1u;
     }
+    if (++dec_set == tma_dec_sets(DVB)) dec_set = 0;  // (the layout's n_dec where tiles decode)
+    return tile;
+  };
+
+  if constexpr (!tma_overlaps_pv(DVB)) {
+    for (int64_t j = 0; j < n_tiles; ++j) {
+      const AcquiredTile tile = acquire(j);
+      attend_tile<KT, VT, DVB>(p, cta, rows, sq_addr, tile.sk, tile.sv, tile.k0, tile.masked, marks,
+                               hidden_calls, tid);
+      if constexpr (!kEarlyRelease) release(tile.stage);
+    }
+  } else if (n_tiles > 0) {
+    const int wg = tid >> 7;
+    AcquiredTile prev = acquire(0);
+    uint4 pa[kMT][4];  // P of tile `prev`
+    {
+      float sc[kMT][8][4], alpha[kMT][2];
+      qk_tile<KT == KvType::bf16, kMT, qk_dims(KT, DVB)>(sc, sq_addr, smem_addr(prev.sk), kRows,
+                                                         p.dkc, wg);
+      wgmma_wait<0>();
+      tile_p<VT, DVB>(p, cta, rows, sc, prev.k0, prev.masked, tid & 3, pa, alpha);
+    }  // (O is zero: no rescale)
+    for (int64_t j = 1; j < n_tiles; ++j) {
+      const AcquiredTile tile = acquire(j);
+      float sc[kMT][8][4], alpha[kMT][2];
+      uint4 pa_next[kMT][4];
+      qk_tile<KT == KvType::bf16, kMT, qk_dims(KT, DVB)>(sc, sq_addr, smem_addr(tile.sk), kRows,
+                                                         p.dkc, wg);
+      fence_pv_operands<DVB>(rows, pa);
+      issue_pv<VT, DVB>(p, rows, pa, prev.sv, prev.masked, marks, hidden_calls, tid);
+      wgmma_wait<1>();  // S of tile j; P.V of tile j - 1 may still run
+#pragma unroll
+      for (int m = 0; m < kMT; ++m) wgmma_fence_operand(flat<32>(sc[m]));
+      tile_p<VT, DVB>(p, cta, rows, sc, tile.k0, tile.masked, tid & 3, pa_next, alpha);
+      wgmma_wait<0>();
+      fence_pv_operands<DVB>(rows, pa);
+      if constexpr (!kEarlyRelease) release(prev.stage);
+      rescale_rows<DVB>(rows, alpha);
+#pragma unroll
+      for (int m = 0; m < kMT; ++m)
+#pragma unroll
+        for (int kc = 0; kc < 4; ++kc) pa[m][kc] = pa_next[m][kc];
+      prev = tile;
+    }
+    issue_pv<VT, DVB>(p, rows, pa, prev.sv, prev.masked, marks, hidden_calls, tid);
+    wgmma_wait<0>();
+    if constexpr (!kEarlyRelease) release(prev.stage);
   }
   mma_warps_sync();  // every MMA warp is done with the tiles; bad_input is final
   write_rows<VT, DVB>(p, cta, rows, bad_input != 0, smem, sign_words, tid);
