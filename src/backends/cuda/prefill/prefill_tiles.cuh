@@ -36,6 +36,16 @@ struct PrefillCta {
 // ---------------------------------------------------------------------------------------------
 // Steps
 
+// Entry `page_i` of a tensor's page table for sequence `seq`: an entry outside the pool reads as
+// page 0 and sets `outside` (the guard of every prefill copy).
+__device__ __forceinline__ int32_t checked_page(const TileCopy& c, int seq, int64_t page_i,
+                                                bool& outside) {
+  const int32_t page = __ldg(c.pages + int64_t{seq} * c.pps + page_i);
+  const bool bad = page < 0 || page >= c.n_pages;
+  outside |= bad;
+  return bad ? 0 : page;
+}
+
 // The start of row `key` of a tensor for the CTA's sequence and KV head (valid: key < hi; others
 // get the base, never read). A page table entry outside the pool is read as page 0 and flagged.
 __device__ __forceinline__ const uint8_t* tile_row(const PrefillParams& p, const TileCopy& c,
@@ -45,11 +55,9 @@ __device__ __forceinline__ const uint8_t* tile_row(const PrefillParams& p, const
   int64_t off;
   if (p.page_size > 0) {
     const int64_t page_i = key / p.page_size;
-    int32_t page = c.pages[int64_t{cta.seq} * c.pps + page_i];
-    if (page < 0 || page >= c.n_pages) {
-      *bad_input = 1;
-      page = 0;
-    }
+    bool outside = false;
+    const int32_t page = checked_page(c, cta.seq, page_i, outside);
+    if (outside) *bad_input = 1;
     off = int64_t{page} * c.sp + (key - page_i * p.page_size) * c.st + int64_t{cta.kvh} * c.sh;
   } else {
     off = int64_t{cta.seq} * c.ss + key * c.st + int64_t{cta.kvh} * c.sh;

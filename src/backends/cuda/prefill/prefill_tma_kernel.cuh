@@ -54,15 +54,9 @@ __device__ __forceinline__ void produce_tiles(const PrefillParams& p, const Pref
   const auto load_window = [&](int64_t first_box) {
     const int64_t key = cta.keys.lo + (first_box + lane) * br;
     bool outside = false;
-    const auto page_of = [&](const TileCopy& c) {
-      const int32_t page = __ldg(c.pages + int64_t{cta.seq} * c.pps + key / p.page_size);
-      const bool bad = page < 0 || page >= c.n_pages;
-      outside |= bad;
-      return bad ? 0 : page;
-    };
     if (key < cta.keys.hi) {
-      k_page = page_of(p.k);
-      v_page = page_of(p.v);
+      k_page = checked_page(p.k, cta.seq, key / p.page_size, outside);
+      v_page = checked_page(p.v, cta.seq, key / p.page_size, outside);
     }
     if (__any_sync(0xffffffffu, outside) && lane == 0) *bad_input = 1;
   };
@@ -218,13 +212,15 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
       if constexpr (!kEarlyRelease) release(tile.stage);
     }
   } else if (n_tiles > 0) {
-    const int wg = tid >> 7;
+    const auto issue_qk = [&](float(&sc)[kMT][8][4], const uint8_t* sk) {
+      qk_tile<KT == KvType::bf16, kMT, qk_dims(KT, DVB)>(sc, sq_addr, smem_addr(sk), kRows, p.dkc,
+                                                         tid >> 7);
+    };
     AcquiredTile prev = acquire(0);
     uint4 pa[kMT][4];  // P of tile `prev`
     {
       float sc[kMT][8][4], alpha[kMT][2];
-      qk_tile<KT == KvType::bf16, kMT, qk_dims(KT, DVB)>(sc, sq_addr, smem_addr(prev.sk), kRows,
-                                                         p.dkc, wg);
+      issue_qk(sc, prev.sk);
       wgmma_wait<0>();
       tile_p<VT, DVB>(p, cta, rows, sc, prev.k0, prev.masked, tid & 3, pa, alpha);
     }  // (O is zero: no rescale)
@@ -232,8 +228,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
       const AcquiredTile tile = acquire(j);
       float sc[kMT][8][4], alpha[kMT][2];
       uint4 pa_next[kMT][4];
-      qk_tile<KT == KvType::bf16, kMT, qk_dims(KT, DVB)>(sc, sq_addr, smem_addr(tile.sk), kRows,
-                                                         p.dkc, wg);
+      issue_qk(sc, tile.sk);
       fence_pv_operands<DVB>(rows, pa);
       issue_pv<VT, DVB>(p, rows, pa, prev.sv, prev.masked, marks, hidden_calls, tid);
       wgmma_wait<1>();  // S of tile j; P.V of tile j - 1 may still run
