@@ -41,8 +41,13 @@ TEST(CudaPrefillLayout, RegionsAreAlignedDisjointAndFitTheDevice) {
         EXPECT_LE(l.dvc, l.dv_bucket);
         EXPECT_LE(l.dkc, l.dv_bucket);
         EXPECT_EQ(l.block_rows, block_rows(l.dv_bucket));
-        const int64_t k_tile = swizzled_bytes(kTileKeys, l.dkc);
-        const int64_t v_tile = swizzled_bytes(kTileKeys, l.dv_bucket);
+        // 128-key tiles for f16 / bf16 pairs up to 128 dims, 64 for the rest.
+        EXPECT_EQ(l.tile_keys,
+                  l.k_mode == TileMode::direct && l.v_mode == TileMode::direct && l.dv_bucket <= 128
+                      ? 128
+                      : kTileKeys);
+        const int64_t k_tile = swizzled_bytes(l.tile_keys, l.dkc);
+        const int64_t v_tile = swizzled_bytes(l.tile_keys, l.dv_bucket);
         std::vector<Region> r = {{l.q_off, l.q_off + swizzled_bytes(l.block_rows, l.dv_bucket)}};
         std::vector<int64_t> operand_tiles = {l.q_off};
         // Two stages for the kernel with its threads' copies; as many as fit for the TMA
@@ -66,8 +71,8 @@ TEST(CudaPrefillLayout, RegionsAreAlignedDisjointAndFitTheDevice) {
             }
             if (mode == TileMode::raw) {
               EXPECT_EQ(data % 128, 0);  // TMA boxes land there
-              r.push_back({base + data, base + data + int64_t{kTileKeys} * slot});
-              r.push_back({base + lead, base + lead + kTileKeys});
+              r.push_back({base + data, base + data + int64_t{l.tile_keys} * slot});
+              r.push_back({base + lead, base + lead + l.tile_keys});
             }
           };
           staged(l.k_mode, k_tile, l.k_slot, l.k_stage_off, l.k_lead_off);
@@ -332,32 +337,33 @@ TEST(CudaPrefillKeys, LengthsOutsideTheCacheReadNothingPastIt) {
 
 // A tile the rule leaves unmasked has every (row, key) visible.
 TEST(CudaPrefillKeys, UnmaskedTilesHaveNoHiddenScore) {
-  for (bool causal : {false, true}) {
-    for (int64_t window : {int64_t{0}, int64_t{100}, int64_t{500}}) {
-      const int64_t hi = 1900;
-      for (int64_t pq_lo : {int64_t{700}, int64_t{1200}}) {
-        const int64_t pq_hi = pq_lo + 31;
-        int masked = 0;
-        for (int64_t k0 = 0; k0 < hi; k0 += 7) {
-          if (prefill_tile_needs_mask(k0, hi, causal, window, pq_lo, pq_hi)) {
-            ++masked;
-            continue;
-          }
-          for (int64_t pq = pq_lo; pq <= pq_hi; ++pq)
-            for (int64_t k = k0; k < k0 + kTileKeys; ++k) {
-              ASSERT_LT(k, hi);
-              if (causal) {
-                ASSERT_LE(k, pq);
-              }
-              if (window > 0) {
-                ASSERT_LT(pq - k, window);
-              }
+  for (int32_t tile : {kTileKeys, kMaxTileKeys})
+    for (bool causal : {false, true}) {
+      for (int64_t window : {int64_t{0}, int64_t{100}, int64_t{500}}) {
+        const int64_t hi = 1900;
+        for (int64_t pq_lo : {int64_t{700}, int64_t{1200}}) {
+          const int64_t pq_hi = pq_lo + 31;
+          int masked = 0;
+          for (int64_t k0 = 0; k0 < hi; k0 += 7) {
+            if (prefill_tile_needs_mask(k0, tile, hi, causal, window, pq_lo, pq_hi)) {
+              ++masked;
+              continue;
             }
+            for (int64_t pq = pq_lo; pq <= pq_hi; ++pq)
+              for (int64_t k = k0; k < k0 + tile; ++k) {
+                ASSERT_LT(k, hi);
+                if (causal) {
+                  ASSERT_LE(k, pq);
+                }
+                if (window > 0) {
+                  ASSERT_LT(pq - k, window);
+                }
+              }
+          }
+          EXPECT_GT(masked, 0);
         }
-        EXPECT_GT(masked, 0);
       }
     }
-  }
 }
 
 }  // namespace
@@ -404,22 +410,23 @@ TEST(CudaPrefillSplits, RangesPartitionTheKeysInWholeTiles) {
   for (int64_t lo : {int64_t{0}, int64_t{37}, int64_t{4096}}) {
     for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{63}, int64_t{64}, int64_t{65}, int64_t{1000},
                       int64_t{131072} + 5}) {
-      for (int32_t splits : {1, 2, 3, 7, 16, 64}) {
-        const PrefillKeyRange keys{lo, lo + n};
-        int64_t next = lo, nonempty = 0;
-        for (int32_t s = 0; s < splits; ++s) {
-          const PrefillKeyRange r = prefill_split_range(keys, s, splits);
-          ASSERT_EQ(r.lo, next) << "lo " << lo << " n " << n << " split " << s << "/" << splits;
-          ASSERT_LE(r.lo, r.hi);
-          if (r.hi != keys.hi) {
-            EXPECT_EQ((r.hi - keys.lo) % kTileKeys, 0);
+      for (int32_t splits : {1, 2, 3, 7, 16, 64})
+        for (int32_t tile : {kTileKeys, kMaxTileKeys}) {
+          const PrefillKeyRange keys{lo, lo + n};
+          int64_t next = lo, nonempty = 0;
+          for (int32_t s = 0; s < splits; ++s) {
+            const PrefillKeyRange r = prefill_split_range(keys, s, splits, tile);
+            ASSERT_EQ(r.lo, next) << "lo " << lo << " n " << n << " split " << s << "/" << splits;
+            ASSERT_LE(r.lo, r.hi);
+            if (r.hi != keys.hi) {
+              EXPECT_EQ((r.hi - keys.lo) % tile, 0);
+            }
+            nonempty += r.hi > r.lo;
+            next = r.hi;
           }
-          nonempty += r.hi > r.lo;
-          next = r.hi;
+          EXPECT_EQ(next, keys.hi);
+          EXPECT_LE(nonempty, splits);
         }
-        EXPECT_EQ(next, keys.hi);
-        EXPECT_LE(nonempty, splits);
-      }
     }
   }
 }

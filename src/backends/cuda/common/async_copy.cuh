@@ -94,5 +94,10 @@ __device__ __forceinline__ uint4 lds128_in_order(const uint4* p) {
 __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+// Arrival at barrier `id` without waiting (the producer side of a barrier others wait at with
+// named_barrier: `threads` counts both sides).
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
 
 }  // namespace kvflash::cuda

@@ -166,6 +166,16 @@ __device__ __forceinline__ void wgmma_ss<64, true>(float (&d)[32], uint64_t a, u
   KVFLASH_WGMMA_SS(64, "bf16", KVFLASH_WGMMA_R32, KVFLASH_WGMMA_D32, "32", "33", "34");
 }
 template <>
+__device__ __forceinline__ void wgmma_ss<128, false>(float (&d)[64], uint64_t a, uint64_t b,
+                                                     int accumulate) {
+  KVFLASH_WGMMA_SS(128, "f16", KVFLASH_WGMMA_R64, KVFLASH_WGMMA_D64, "64", "65", "66");
+}
+template <>
+__device__ __forceinline__ void wgmma_ss<128, true>(float (&d)[64], uint64_t a, uint64_t b,
+                                                    int accumulate) {
+  KVFLASH_WGMMA_SS(128, "bf16", KVFLASH_WGMMA_R64, KVFLASH_WGMMA_D64, "64", "65", "66");
+}
+template <>
 __device__ __forceinline__ void wgmma_rs_tb<128, false>(float (&d)[64], const uint4& a,
                                                         uint64_t b) {
   KVFLASH_WGMMA_RS(128, "f16", KVFLASH_WGMMA_R64, KVFLASH_WGMMA_D64, "{%64,%65,%66,%67}, %68");

@@ -20,7 +20,9 @@ template <KvType KT, KvType VT, int DVB>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_kernel(const __grid_constant__ PrefillParams p) {
   constexpr TileMode kModeK = tile_mode(KT), kModeV = tile_mode(VT);
-  constexpr int kMT = m_tiles(DVB), kRows = block_rows(DVB);
+  constexpr int kMT = m_tiles(DVB), kRows = block_rows(DVB), kKeys = kKeysOf<KT, VT, DVB>;
+  // (decoded and converted tiles are kTileKeys rows: only f16 / bf16 pairs have longer tiles)
+  static_assert(kKeys == kTileKeys || (kModeK == TileMode::direct && kModeV == TileMode::direct));
 
   extern __shared__ __align__(128) uint8_t smem_raw[];
   __shared__ uint32_t sign_words[4];
@@ -30,21 +32,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tid = threadIdx.x, warp = tid >> 5, g = (tid & 31) >> 2;
 
   PrefillCta cta;
-  if (!prefill_cta(p, kRows, cta)) return;
+  if (!prefill_cta(p, kRows, kKeys, cta)) return;
   start_cta(p, cta, sign_words, marks, bad_input, tid);
 
   uint8_t* const sq = smem + p.q_off;
   const auto stage = [&](int s) { return smem + s * p.stage_bytes; };
-  const int64_t n_tiles = (cta.keys.hi - cta.keys.lo + kTileKeys - 1) / kTileKeys;
+  const int64_t n_tiles = (cta.keys.hi - cta.keys.lo + kKeys - 1) / kKeys;
   const auto issue = [&](int64_t j) {
     uint8_t* st = stage(static_cast<int>(j & 1));
-    const int64_t k0 = cta.keys.lo + j * kTileKeys;
+    const int64_t k0 = cta.keys.lo + j * kKeys;
     if constexpr (kModeK != TileMode::convert)
-      issue_tile<kModeK>(p, p.k, st + p.k_stage_off, st + p.k_lead_off, p.k_slot, cta, k0, tid,
-                         &bad_input);
+      issue_tile<kModeK, kKeys>(p, p.k, st + p.k_stage_off, st + p.k_lead_off, p.k_slot, cta, k0,
+                                tid, &bad_input);
     if constexpr (kModeV != TileMode::convert)
-      issue_tile<kModeV>(p, p.v, st + p.v_stage_off, st + p.v_lead_off, p.v_slot, cta, k0, tid,
-                         &bad_input);
+      issue_tile<kModeV, kKeys>(p, p.v, st + p.v_stage_off, st + p.v_lead_off, p.v_slot, cta, k0,
+                                tid, &bad_input);
     cp_async_commit();
   };
   if (n_tiles > 0) issue(0);
@@ -64,7 +66,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();      // tile j landed for all; every warp is done with tile j - 1
     if (j + 1 < n_tiles) issue(j + 1);
     uint8_t* st = stage(static_cast<int>(j & 1));
-    const int64_t k0 = cta.keys.lo + j * kTileKeys;
+    const int64_t k0 = cta.keys.lo + j * kKeys;
     decode_stage<KT, VT>(p, st, smem, RowLeads{st + p.k_lead_off}, RowLeads{st + p.v_lead_off},
                          tid);
     if constexpr (kModeK == TileMode::convert)
@@ -77,7 +79,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     const uint8_t* sk = kModeK == TileMode::direct ? st + p.k_stage_off : smem + p.k_dec_off;
     uint8_t* sv = kModeV == TileMode::direct ? st + p.v_stage_off : smem + p.v_dec_off;
-    const bool masked = prefill_tile_needs_mask(k0, cta.keys.hi, p.causal, p.window, pq_lo, pq_hi);
+    const bool masked =
+        prefill_tile_needs_mask(k0, kKeys, cta.keys.hi, p.causal, p.window, pq_lo, pq_hi);
     attend_tile<KT, VT, DVB>(p, cta, rows, sq_addr, sk, sv, k0, masked, marks, hidden_calls, tid);
   }
   __syncthreads();  // everyone is done with the tiles; bad_input is final

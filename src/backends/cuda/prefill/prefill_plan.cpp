@@ -38,8 +38,9 @@ PrefillLayout prefill_layout(const AttentionProblem& p) {
   l.v_mode = tile_mode(p.v_type);
   l.k_slot = l.k_mode == TileMode::raw ? raw_slot(l.k_row_bytes) : 0;
   l.v_slot = l.v_mode == TileMode::raw ? raw_slot(l.v_row_bytes) : 0;
-  const int32_t k_tile = swizzled_bytes(kTileKeys, l.dkc);
-  const int32_t v_tile = swizzled_bytes(kTileKeys, l.dv_bucket);
+  l.tile_keys = tile_keys(l.k_mode, l.v_mode, l.dv_bucket);
+  const int32_t k_tile = swizzled_bytes(l.tile_keys, l.dkc);
+  const int32_t v_tile = swizzled_bytes(l.tile_keys, l.dv_bucket);
   const int64_t rows = int64_t{p.n_q_tokens} * p.group();
   l.n_row_blocks = static_cast<int32_t>((rows + l.block_rows - 1) / l.block_rows);
   l.out_stride = l.dvc + 4;
@@ -76,9 +77,9 @@ PrefillLayout prefill_layout(const AttentionProblem& p) {
     if (mode == TileMode::raw) {
       stage = round_up(stage, 128);  // (TMA's boxes land at 128-byte aligned addresses)
       data = off + stage;
-      stage += kTileKeys * slot;
+      stage += l.tile_keys * slot;
       lead = off + stage;
-      stage += kTileKeys;
+      stage += l.tile_keys;
       stage = round_up(stage, 16);
     }
   };
@@ -128,7 +129,7 @@ int32_t prefill_splits(const AttentionProblem& p, const PrefillLayout& l, int32_
   if (ctas >= sm_count) return 1;
   int64_t keys = p.kv_capacity;
   if (p.window > 0) keys = std::min<int64_t>(keys, p.window + p.n_q_tokens);
-  const int64_t tiles = (keys + kTileKeys - 1) / kTileKeys;
+  const int64_t tiles = (keys + l.tile_keys - 1) / l.tile_keys;
   const int64_t max_s =
       std::max<int64_t>(1, std::min<int64_t>(tiles / kMinSplitTiles, kMaxPrefillSplits));
   // The splits of least modelled time: waves of CTAs (ceil(ctas s / SMs)), each walking its share

@@ -13,14 +13,16 @@
 namespace kvflash::cuda::prefill {
 
 // One CTA: 8 warps in two warpgroups, each warpgroup owning m_tiles(dv_bucket) blocks of 64 query
-// rows (token x head of the GQA group, token-major as in decode), over tiles of 64 keys; each
+// rows (token x head of the GQA group, token-major as in decode), over tiles of 64 keys (128 where
+// both tensors are f16 / bf16 and the dims at most 128: tile_keys); each
 // block is one warpgroup MMA (wgmma m64) per 16-dim step, so every K/V operand read from shared
 // memory feeds 64 rows. One block per warpgroup (two spilled 264 bytes at V dims 128: the
 // accumulators are 2 x (64 + 32) registers per lane). Each warp holds 16 rows of every block of
 // its warpgroup.
 inline constexpr int kThreads = 256;
 inline constexpr int kWarps = kThreads / 32;
-inline constexpr int kTileKeys = 64;
+inline constexpr int kTileKeys = 64;  // keys per tile, but for tile_keys' 128
+inline constexpr int kMaxTileKeys = 128;
 constexpr int m_tiles(int) {
   return 1;
 }
@@ -47,7 +49,7 @@ inline constexpr int kStages = 2;  // K/V tiles in flight: the next one loads wh
 // kTmaSmemBudget), each with a full and an empty mbarrier.
 inline constexpr int kTmaThreads = kThreads + 128;
 inline constexpr int kMaxTmaStages = 4;
-inline constexpr int32_t kTmaSmemBudget = 200 * 1024;
+inline constexpr int32_t kTmaSmemBudget = 224 * 1024;
 
 // How a tensor's tiles reach the MMA operand tile (16-bit rows):
 //   direct   f16 / bf16: cp.async straight into each stage's operand tile;
@@ -60,6 +62,16 @@ enum class TileMode { direct, raw, convert };
 constexpr TileMode tile_mode(KvType t) {
   if (t == KvType::f16 || t == KvType::bf16) return TileMode::direct;
   return t == KvType::f32 ? TileMode::convert : TileMode::raw;
+}
+
+// Keys per tile: 128 where both tensors are read straight into the operand tiles (f16 / bf16) and
+// the instance's dims are at most 128 (S of a warpgroup is then m64n128: half the softmax
+// reductions, barriers and accumulator rescales per key of 64-key tiles; S 64 + P 32 + O 64
+// registers a thread), else kTileKeys (quantized tiles are decoded into sets that would not fit
+// at 128 keys; 256 V dims hold 128 accumulators). Splits, stages and the visibility test follow.
+constexpr int32_t tile_keys(TileMode k, TileMode v, int32_t dv_bucket) {
+  return k == TileMode::direct && v == TileMode::direct && dv_bucket <= 128 ? kMaxTileKeys
+                                                                            : kTileKeys;
 }
 
 // Whether a pair's tiles may take the TMA kernel: no f32 tensor (its rows are converted when
@@ -119,9 +131,10 @@ struct PrefillLayout {
   TileMode k_mode = TileMode::direct, v_mode = TileMode::direct;
   int32_t k_slot = 0, v_slot = 0;  // bytes per raw row (raw tensors): the row and its lead
   int32_t block_rows = 0;          // query rows per CTA (block_rows(dv_bucket))
+  int32_t tile_keys = kTileKeys;   // keys per tile (tile_keys())
   int32_t q_off = 0;               // Q operand tile (block_rows rows x qk_dims)
-  // Per stage: K's tile (direct: the operand tile of kTileKeys x dkc; raw: slots and their lead
-  // bytes), then V's (operand tile of kTileKeys x dv_bucket: the P.V MMA reads every column of
+  // Per stage: K's tile (direct: the operand tile of tile_keys x dkc; raw: slots and their lead
+  // bytes), then V's (operand tile of tile_keys x dv_bucket: the P.V MMA reads every column of
   // the instance). Stage s at off + s * stage_bytes.
   int32_t k_stage_off = 0, v_stage_off = 0, stage_bytes = 0;
   int32_t n_stages = kStages;  // stages laid out: more for the TMA kernel (tma_kernel_pair)
@@ -145,10 +158,10 @@ struct PrefillLayout {
 // operand tile, in its 128-byte swizzle) from the head's row, for a raw one its slot from the
 // head's row rounded down to 16 bytes (the row lands after that lead, the same for every row, as
 // the raw stage holds it). Paged tensors: boxes never cross a page (box_rows divides page_size
-// and kTileKeys; no window, so tiles start at multiples of kTileKeys). Nothing where TMA cannot
-// describe it (the kernel without TMA runs): what kv_tma_view refuses, a head stride not a
-// multiple of 16 bytes for a direct tensor, a box over 256 bytes or not holding the widest lead
-// and the row, pages not a multiple of 16 tokens.
+// and kTileKeys; no window, so tiles start at multiples of kTileKeys, which divides tile_keys).
+// Nothing where TMA cannot describe it (the kernel without TMA runs): what kv_tma_view refuses, a
+// head stride not a multiple of 16 bytes for a direct tensor, a box over 256 bytes or not holding
+// the widest lead and the row, pages not a multiple of 16 tokens.
 struct PrefillTmaView : KvTmaView {
   int32_t box_rows = 0;
 };
@@ -186,15 +199,15 @@ KVFLASH_HD PrefillKeyRange prefill_key_range(int64_t len, int64_t capacity, int3
 inline constexpr int32_t kMaxPrefillSplits = 64;
 inline constexpr int32_t kMinSplitTiles = 4;  // keys per split at least 4 tiles (256)
 
-// Split `split` of `n_splits` of a key range: ceil(tiles / n_splits) whole tiles from lo each
-// (the last may be shorter, trailing ones empty: lo == hi). Every split but the one holding the
-// range's end ends on a tile boundary, so no tile of a split reaches past its end.
+// Split `split` of `n_splits` of a key range: ceil(tiles / n_splits) whole tiles of `tile`
+// keys from lo each (the last may be shorter, trailing ones empty: lo == hi). Every split but the
+// one holding the range's end ends on a tile boundary, so no tile of a split reaches past its end.
 KVFLASH_HD PrefillKeyRange prefill_split_range(PrefillKeyRange keys, int32_t split,
-                                               int32_t n_splits) {
+                                               int32_t n_splits, int32_t tile) {
   if (n_splits <= 1) return keys;
-  const int64_t tiles = (keys.hi - keys.lo + kTileKeys - 1) / kTileKeys;
+  const int64_t tiles = (keys.hi - keys.lo + tile - 1) / tile;
   const int64_t per = (tiles + n_splits - 1) / n_splits;
-  const int64_t lo = keys.lo + split * per * kTileKeys, hi = lo + per * kTileKeys;
+  const int64_t lo = keys.lo + split * per * tile, hi = lo + per * tile;
   return {lo < keys.hi ? lo : keys.hi, hi < keys.hi ? hi : keys.hi};
 }
 
@@ -237,13 +250,13 @@ KVFLASH_HD SeqQueries seq_queries(const int32_t* q_offsets, int32_t seq, int32_t
   return {row0, ok ? len : 0, ok};
 }
 
-// Whether a tile of keys [k0, k0 + kTileKeys) needs the per-score visibility test for rows whose
+// Whether a tile of keys [k0, k0 + tile) needs the per-score visibility test for rows whose
 // positions span [pq_lo, pq_hi]: it reaches past the range's end, past the first row's diagonal,
 // or before the last row's window.
-KVFLASH_HD bool prefill_tile_needs_mask(int64_t k0, int64_t hi, bool causal, int64_t window,
-                                        int64_t pq_lo, int64_t pq_hi) {
-  if (k0 + kTileKeys > hi) return true;
-  if (causal && k0 + kTileKeys - 1 > pq_lo) return true;
+KVFLASH_HD bool prefill_tile_needs_mask(int64_t k0, int32_t tile, int64_t hi, bool causal,
+                                        int64_t window, int64_t pq_lo, int64_t pq_hi) {
+  if (k0 + tile > hi) return true;
+  if (causal && k0 + tile - 1 > pq_lo) return true;
   if (window > 0 && k0 <= pq_hi - window) return true;
   return false;
 }

@@ -65,15 +65,15 @@ __device__ __forceinline__ const uint8_t* tile_row(const PrefillParams& p, const
   return c.base + off;
 }
 
-// Copies keys [k0, k0 + kTileKeys) of one tensor (rows past the range's end zero-filled) into a
+// Copies keys [k0, k0 + kKeys) of one tensor (rows past the range's end zero-filled) into a
 // stage: direct tensors straight into the swizzled operand tile (16-byte copies: one chunk
 // each), raw ones into their slots (`stride` bytes apart) with each row's lead byte. Only the
 // row's bytes are read (unit_bytes_in_row; the rest of a slot's last unit is zero-filled).
-template <TileMode kMode>
+template <TileMode kMode, int kKeys>
 __device__ __forceinline__ void issue_tile(const PrefillParams& p, const TileCopy& c, uint8_t* dst,
                                            uint8_t* leads, int stride, const PrefillCta& cta,
                                            int64_t k0, int tid, int* bad_input) {
-  const int total = kTileKeys * c.units;
+  const int total = kKeys * c.units;
   for (int i = tid; i < total; i += kThreads) {
     const int r = fdiv(i, c.div_units), u = i - r * c.units;
     const bool valid = k0 + r < cta.keys.hi;
@@ -81,7 +81,7 @@ __device__ __forceinline__ void issue_tile(const PrefillParams& p, const TileCop
     const int lead = static_cast<int>(reinterpret_cast<uintptr_t>(row) & c.lead_mask);
     const int n = valid ? unit_bytes_in_row(lead, c.row_bytes, c.unit, u) : 0;
     const uint8_t* src = n > 0 ? row - lead + u * c.unit : c.base;
-    uint8_t* d = kMode == TileMode::direct ? dst + swizzled_offset(r, (u * c.unit) >> 1, kTileKeys)
+    uint8_t* d = kMode == TileMode::direct ? dst + swizzled_offset(r, (u * c.unit) >> 1, kKeys)
                                            : dst + r * stride + u * c.unit;
     if (c.unit == 16) {
       cp_async<16>(d, src, n);
@@ -283,15 +283,15 @@ __device__ __forceinline__ float (&flat(float (&a)[N / 4][4]))[N] {
   return *reinterpret_cast<float(*)[N]>(&a);
 }
 
-// S = Q.K^T for the warpgroup's kMT blocks of 64 rows and the tile's 64 keys: s[m][n-tile][4]
-// (the lane's part, mma.sync's C layout), issued as one committed group (the caller waits). One
-// wgmma m64n64k16 per block and 16-dim step, Q and K read from their swizzled tiles (q_rows rows;
-// K: kTileKeys). The steps run to kMaxDkc (a
+// S = Q.K^T for the warpgroup's kMT blocks of 64 rows and the tile's kKeys keys:
+// s[m][n-tile][4] (the lane's part, mma.sync's C layout), issued as one committed group (the
+// caller waits). One wgmma m64(kKeys)k16 per block and 16-dim step, Q and K read from their
+// swizzled tiles (q_rows rows; K: kKeys). The steps run to kMaxDkc (a
 // branch between two wgmma would end their chain: the compiler then waits on each); those past
 // dkc read Q's zero columns for both operands (stage_q zero-fills Q to kMaxDkc).
-template <bool kBf16, int kMT, int kMaxDkc>
-__device__ __forceinline__ void qk_tile(float (&s)[kMT][8][4], uint32_t sq_addr, uint32_t sk_addr,
-                                        int q_rows, int dkc, int wg) {
+template <bool kBf16, int kMT, int kMaxDkc, int kKeys>
+__device__ __forceinline__ void qk_tile(float (&s)[kMT][kKeys / 8][4], uint32_t sq_addr,
+                                        uint32_t sk_addr, int q_rows, int dkc, int wg) {
   wgmma_fence();
 #pragma unroll
   for (int m = 0; m < kMT; ++m) {
@@ -300,9 +300,9 @@ __device__ __forceinline__ void qk_tile(float (&s)[kMT][8][4], uint32_t sq_addr,
     for (int kc = 0; kc < kMaxDkc / 16; ++kc) {
       const uint32_t col = (kc >> 2) * q_rows * 128 + (kc & 3) * 32;
       const uint32_t k_at =
-          16 * kc < dkc ? sk_addr + (kc >> 2) * kTileKeys * 128 + (kc & 3) * 32 : sq_addr + col;
-      wgmma_ss<64, kBf16>(flat<32>(s[m]), sw128_desc(q_block + col, 16, 1024),
-                          sw128_desc(k_at, 16, 1024), kc > 0);
+          16 * kc < dkc ? sk_addr + (kc >> 2) * kKeys * 128 + (kc & 3) * 32 : sq_addr + col;
+      wgmma_ss<kKeys, kBf16>(flat<kKeys / 2>(s[m]), sw128_desc(q_block + col, 16, 1024),
+                             sw128_desc(k_at, 16, 1024), kc > 0);
     }
   }
   wgmma_commit();
@@ -311,13 +311,14 @@ __device__ __forceinline__ void qk_tile(float (&s)[kMT][8][4], uint32_t sq_addr,
 // The scores of one M tile into base-2 logits: scale, softcap, ALiBi, mask, and where the tile
 // needs it the visibility test (causal, window, the range's end) as -inf. rr: the lane's two rows
 // (g, g + 8) of the M tile.
+template <int kNt>
 __device__ __forceinline__ void score_tile(const PrefillParams& p, const PrefillCta& cta,
-                                           float (&s)[8][4], const int (&rr)[2], int64_t k0,
+                                           float (&s)[kNt][4], const int (&rr)[2], int64_t k0,
                                            bool masked, int t) {
   const bool extras = p.softcap > 0.0f || p.has_alibi || p.has_mask;
   if (!extras && !masked) {
 #pragma unroll
-    for (int n = 0; n < 8; ++n)
+    for (int n = 0; n < kNt; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[n][e] *= p.scale_log2;
     return;
@@ -330,7 +331,7 @@ __device__ __forceinline__ void score_tile(const PrefillParams& p, const Prefill
     const float* mask =
         p.has_mask ? p.mask + (int64_t{cta.seq} * p.n_q_tokens + tok) * p.mask_stride : nullptr;
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
+    for (int n = 0; n < kNt; ++n) {
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const int64_t key = k0 + n * 8 + 2 * t + c;
@@ -356,13 +357,14 @@ __device__ __forceinline__ void score_tile(const PrefillParams& p, const Prefill
 // The online softmax over one tile for the lane's two rows of an M tile: new maxima (base 2), the
 // weights P in place of the scores, the running sums, and each row's factor `alpha` for its
 // accumulators (rescale_o; state_ref's rule: an empty row's reference is 0).
-__device__ __forceinline__ void softmax_tile(float (&s)[8][4], float (&m)[2], float (&l)[2],
+template <int kNt>
+__device__ __forceinline__ void softmax_tile(float (&s)[kNt][4], float (&m)[2], float (&l)[2],
                                              float (&alpha)[2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float mx = -std::numeric_limits<float>::infinity();
 #pragma unroll
-    for (int n = 0; n < 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
+    for (int n = 0; n < kNt; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float m_new = fmaxf(m[r], mx);
@@ -370,7 +372,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[8][4], float (&m)[2], fl
     alpha[r] = exp2_ftz(m[r] - ref);
     float sum = 0.0f;
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
+    for (int n = 0; n < kNt; ++n) {
       s[n][2 * r] = exp2_ftz(s[n][2 * r] - ref);
       s[n][2 * r + 1] = exp2_ftz(s[n][2 * r + 1] - ref);
       sum += s[n][2 * r] + s[n][2 * r + 1];
@@ -392,13 +394,13 @@ __device__ __forceinline__ void rescale_o(float (&o)[kVt][4], const float (&alph
     }
 }
 
-// P of one M tile as the A operands of P.V's four 16-key steps (the accumulator layout of two
-// n-tiles is the A operand of one step), packed to 16 bits as soon as the softmax made it, so that
-// the f32 scores do not stay live beside the accumulators.
-template <bool kBf16>
-__device__ __forceinline__ void pack_p(uint4 (&pa)[4], const float (&s)[8][4]) {
+// P of one M tile as the A operands of P.V's 16-key steps (the accumulator layout of two n-tiles
+// is the A operand of one step), packed to 16 bits as soon as the softmax made it, so that the f32
+// scores do not stay live beside the accumulators.
+template <bool kBf16, int kNt>
+__device__ __forceinline__ void pack_p(uint4 (&pa)[kNt / 2], const float (&s)[kNt][4]) {
 #pragma unroll
-  for (int kc = 0; kc < 4; ++kc)
+  for (int kc = 0; kc < kNt / 2; ++kc)
     pa[kc] = make_uint4(pack2<kBf16>(s[2 * kc][0], s[2 * kc][1]),
                         pack2<kBf16>(s[2 * kc][2], s[2 * kc][3]),
                         pack2<kBf16>(s[2 * kc + 1][0], s[2 * kc + 1][1]),
@@ -407,18 +409,17 @@ __device__ __forceinline__ void pack_p(uint4 (&pa)[4], const float (&s)[8][4]) {
 
 // O += P.V for the warpgroup's kMT blocks, issued as one committed group (the caller waits): one
 // wgmma m64n(8 kVt)k16 per block and 16-key step, P from registers (pack_p), V's swizzled tile
-// read as the MN-major B operand (keys are its rows, its 64-dim atoms kTileKeys x 128 bytes
-// apart).
-template <bool kBf16, int kMT, int kVt>
-__device__ __forceinline__ void pv_tile(float (&o)[kMT][kVt][4], const uint4 (&pa)[kMT][4],
+// read as the MN-major B operand (keys are its rows, its 64-dim atoms kKeys x 128 bytes apart).
+template <bool kBf16, int kMT, int kVt, int kKeys>
+__device__ __forceinline__ void pv_tile(float (&o)[kMT][kVt][4], const uint4 (&pa)[kMT][kKeys / 16],
                                         uint32_t sv_addr) {
   wgmma_fence();
 #pragma unroll
   for (int m = 0; m < kMT; ++m)
 #pragma unroll
-    for (int kc = 0; kc < 4; ++kc)
+    for (int kc = 0; kc < kKeys / 16; ++kc)
       wgmma_rs_tb<8 * kVt, kBf16>(flat<4 * kVt>(o[m]), pa[m][kc],
-                                  sw128_desc(sv_addr + kc * 16 * 128, kTileKeys * 128, 1024));
+                                  sw128_desc(sv_addr + kc * 16 * 128, kKeys * 128, 1024));
   wgmma_commit();
 }
 
@@ -432,7 +433,12 @@ __device__ __forceinline__ void mma_warps_sync() {
 // The marks of zero_hidden_v: two sets, used by alternate calls (`call`: the CTA's count of them),
 // so that the set a call reads is never cleared while a faster warp already marks the next call's.
 struct WeighedMarks {
-  uint32_t bits[2][2];
+  uint32_t bits[2][kMaxTileKeys / 32];
+  // Both sets cleared (before the CTA's first barrier).
+  __device__ __forceinline__ void clear(int tid) {
+    if (tid < 2 * kMaxTileKeys / 32)
+      bits[tid / (kMaxTileKeys / 32)][tid % (kMaxTileKeys / 32)] = 0u;
+  }
 };
 
 // Keys of the tile that no row of the CTA weighs (masked for all, outside the window or the
@@ -441,13 +447,18 @@ struct WeighedMarks {
 // 64 rows of a warpgroup at once, so a key hidden from some rows and visible to others is that
 // call's data, as in any MMA kernel. Across the MMA warps (two barriers): only tiles that may hide
 // keys.
-template <int kMT>
-__device__ __forceinline__ void zero_hidden_v(const uint4 (&pa)[kMT][4], uint8_t* sv, int v_atoms,
-                                              WeighedMarks& marks, int call, int tid, int lane) {
-  // Lane (g, t) holds keys 16 kc + 2 t (+1) in .x / .y (rows g, g + 8), + 8 in .z / .w.
-  uint32_t lo = 0, hi = 0;  // keys 0..31, 32..63
+template <int kMT, int kKeys>
+__device__ __forceinline__ void zero_hidden_v(const uint4 (&pa)[kMT][kKeys / 16], uint8_t* sv,
+                                              int v_atoms, WeighedMarks& marks, int call, int tid,
+                                              int lane) {
+  constexpr int kWords = kKeys / 32;
+  // Lane (g, t) holds keys 16 kc + 2 t (+1) in .x / .y (rows g, g + 8), + 8 in .z / .w; word w
+  // marks keys 32 w .. 32 w + 31.
+  uint32_t words[kWords];
 #pragma unroll
-  for (int kc = 0; kc < 4; ++kc) {
+  for (int w = 0; w < kWords; ++w) words[w] = 0u;
+#pragma unroll
+  for (int kc = 0; kc < kKeys / 16; ++kc) {
     uint32_t a = 0, b = 0;
 #pragma unroll
     for (int m = 0; m < kMT; ++m) {
@@ -458,30 +469,25 @@ __device__ __forceinline__ void zero_hidden_v(const uint4 (&pa)[kMT][4], uint8_t
     const uint32_t bits =
         ((a & 0xffffu) ? 1u : 0u) << (2 * t) | ((a >> 16) ? 1u : 0u) << (2 * t + 1) |
         ((b & 0xffffu) ? 1u : 0u) << (2 * t + 8) | ((b >> 16) ? 1u : 0u) << (2 * t + 9);
-    if (kc < 2)
-      lo |= bits << (16 * kc);
-    else
-      hi |= bits << (16 * (kc - 2));
+    words[kc >> 1] |= bits << (16 * (kc & 1));
   }
-  lo = __reduce_or_sync(0xffffffffu, lo);
-  hi = __reduce_or_sync(0xffffffffu, hi);
   uint32_t* const mine = marks.bits[call & 1];
-  if (lane == 0) {
-    atomicOr(&mine[0], lo);
-    atomicOr(&mine[1], hi);
+#pragma unroll
+  for (int w = 0; w < kWords; ++w) {
+    words[w] = __reduce_or_sync(0xffffffffu, words[w]);
+    if (lane == 0) atomicOr(&mine[w], words[w]);
   }
   mma_warps_sync();
   // Every MMA warp read the other set in the previous call (before this barrier) and marks it
   // again only in the next call (after the one below): it is cleared here.
-  if (tid == 0) marks.bits[(call + 1) & 1][0] = marks.bits[(call + 1) & 1][1] = 0u;
-  const uint64_t keep = uint64_t{mine[1]} << 32 | mine[0];
-  // Each hidden key's row: its v_atoms x 8 chunks of 16 bytes (8 dims each). (Not unrolled: at
-  // the register bound of the quantized kernels that spilled.)
+  if (tid < kWords) marks.bits[(call + 1) & 1][tid] = 0u;
+    // Each hidden key's row: its v_atoms x 8 chunks of 16 bytes (8 dims each). (Not unrolled: at
+    // the register bound of the quantized kernels that spilled.)
 #pragma unroll 1
-  for (int i = tid; i < kTileKeys * v_atoms * 8; i += kThreads) {
+  for (int i = tid; i < kKeys * v_atoms * 8; i += kThreads) {
     const int key = i / (v_atoms * 8), chunk = i - key * v_atoms * 8;
-    if ((keep >> key) & 1) continue;
-    *reinterpret_cast<uint4*>(sv + swizzled_offset(key, 8 * chunk, kTileKeys)) =
+    if ((mine[key >> 5] >> (key & 31)) & 1u) continue;
+    *reinterpret_cast<uint4*>(sv + swizzled_offset(key, 8 * chunk, kKeys)) =
         make_uint4(0u, 0u, 0u, 0u);
   }
   fence_proxy_async();
@@ -493,7 +499,8 @@ __device__ __forceinline__ void zero_hidden_v(const uint4 (&pa)[kMT][4], uint8_t
 
 // The CTA's coordinates and key range from its block index; false where it has no work (rows
 // past its sequence's queries, or ragged offsets that break the rules: nothing read or written).
-__device__ __forceinline__ bool prefill_cta(const PrefillParams& p, int rows, PrefillCta& cta) {
+__device__ __forceinline__ bool prefill_cta(const PrefillParams& p, int rows, int tile,
+                                            PrefillCta& cta) {
   cta.seq = blockIdx.z;
   cta.kvh = blockIdx.y;
   // Heaviest row blocks first (with causal masking the last rows see the most keys); the splits
@@ -510,7 +517,7 @@ __device__ __forceinline__ bool prefill_cta(const PrefillParams& p, int rows, Pr
   cta.first_q = cta.len - cta.q_len;
   cta.keys = prefill_split_range(prefill_key_range(cta.len, p.kv_capacity, cta.q_len, p.group,
                                                    p.causal, p.window, cta.row0, cta.row_end),
-                                 split, p.n_splits);
+                                 split, p.n_splits, tile);
   return true;
 }
 
@@ -522,7 +529,7 @@ __device__ __forceinline__ void start_cta(const PrefillParams& p, const PrefillC
                                           int tid) {
   if (tid < 4) sign_words[tid] = sign_word(tid);
   if (tid == 0) bad_input = cta.len < 0 || cta.len > p.kv_capacity;
-  if (tid < 4) marks.bits[tid >> 1][tid & 1] = 0u;
+  marks.clear(tid);
   __syncthreads();
 }
 
@@ -553,17 +560,17 @@ struct LaneRows {
 // A tile's P (the A operands of P.V, pack_p) from its scores S (qk_tile's, waited): scale,
 // visibility and extras (score_tile), the online softmax (the rows' maxima and sums; the factors
 // for their accumulators in `alpha`, applied by rescale_o).
-template <KvType VT, int DVB>
+template <KvType VT, int DVB, int kKeys>
 __device__ __forceinline__ void tile_p(const PrefillParams& p, const PrefillCta& cta,
                                        LaneRows<m_tiles(DVB), v_tiles(DVB)>& st,
-                                       float (&s)[m_tiles(DVB)][8][4], int64_t k0, bool masked,
-                                       int t, uint4 (&pa)[m_tiles(DVB)][4],
+                                       float (&s)[m_tiles(DVB)][kKeys / 8][4], int64_t k0,
+                                       bool masked, int t, uint4 (&pa)[m_tiles(DVB)][kKeys / 16],
                                        float (&alpha)[m_tiles(DVB)][2]) {
 #pragma unroll
   for (int m = 0; m < m_tiles(DVB); ++m) {
-    score_tile(p, cta, s[m], st.row[m], k0, masked, t);
-    softmax_tile(s[m], st.m[m], st.l[m], alpha[m]);
-    pack_p<VT == KvType::bf16>(pa[m], s[m]);
+    score_tile<kKeys / 8>(p, cta, s[m], st.row[m], k0, masked, t);
+    softmax_tile<kKeys / 8>(s[m], st.m[m], st.l[m], alpha[m]);
+    pack_p<VT == KvType::bf16, kKeys / 8>(pa[m], s[m]);
   }
 }
 template <int DVB>
@@ -576,32 +583,36 @@ __device__ __forceinline__ void rescale_rows(LaneRows<m_tiles(DVB), v_tiles(DVB)
 // O += P.V of a tile issued (pv_tile; the caller waits), the V rows of keys no row weighs zeroed
 // first where the tile may hide keys (`hidden_calls` counts zero_hidden_v's calls). The wide
 // instance: each warpgroup's P.V over its slice of V's dims.
-template <KvType VT, int DVB>
+template <KvType VT, int DVB, int kKeys>
 __device__ __forceinline__ void issue_pv(const PrefillParams& p,
                                          LaneRows<m_tiles(DVB), v_tiles(DVB)>& st,
-                                         const uint4 (&pa)[m_tiles(DVB)][4], uint8_t* sv,
+                                         const uint4 (&pa)[m_tiles(DVB)][kKeys / 16], uint8_t* sv,
                                          bool masked, WeighedMarks& marks, int& hidden_calls,
                                          int tid) {
   constexpr int kMT = m_tiles(DVB), kVt = v_tiles(DVB);
   if (masked || p.has_mask)
-    zero_hidden_v<kMT>(pa, sv, DVB / 64, marks, hidden_calls++, tid, tid & 31);
+    zero_hidden_v<kMT, kKeys>(pa, sv, DVB / 64, marks, hidden_calls++, tid, tid & 31);
   // (the wide instance: the warpgroup's slice starts kWideSliceDims / 64 atoms into V's tile)
-  const uint32_t v_slice = is_wide(DVB) ? (tid >> 7) * (kWideSliceDims / 64) * kTileKeys * 128 : 0;
-  pv_tile<VT == KvType::bf16, kMT, kVt>(st.o, pa, smem_addr(sv) + v_slice);
+  const uint32_t v_slice = is_wide(DVB) ? (tid >> 7) * (kWideSliceDims / 64) * kKeys * 128 : 0;
+  pv_tile<VT == KvType::bf16, kMT, kVt, kKeys>(st.o, pa, smem_addr(sv) + v_slice);
 }
 
 // The operands of an in-flight P.V (the accumulators, P) held in place around its issue and its
 // wait (wgmma_fence_operand), where other work runs between them.
-template <int DVB>
+template <int DVB, int kPk>
 __device__ __forceinline__ void fence_pv_operands(LaneRows<m_tiles(DVB), v_tiles(DVB)>& st,
-                                                  uint4 (&pa)[m_tiles(DVB)][4]) {
+                                                  uint4 (&pa)[m_tiles(DVB)][kPk]) {
 #pragma unroll
   for (int m = 0; m < m_tiles(DVB); ++m) {
     wgmma_fence_operand(flat<4 * v_tiles(DVB)>(st.o[m]));
 #pragma unroll
-    for (int kc = 0; kc < 4; ++kc) wgmma_fence_operand(pa[m][kc]);
+    for (int kc = 0; kc < kPk; ++kc) wgmma_fence_operand(pa[m][kc]);
   }
 }
+
+// Keys per tile of an instance (tile_keys: 128 for f16 / bf16 pairs up to 128 dims).
+template <KvType KT, KvType VT, int DVB>
+inline constexpr int kKeysOf = tile_keys(tile_mode(KT), tile_mode(VT), DVB);
 
 // One tile's S = Q.K^T, scores, online softmax and O += P.V for a warpgroup's rows (sk, sv: the
 // tile's operand tiles), each product waited before the next step. The wide instance: both
@@ -612,19 +623,19 @@ __device__ __forceinline__ void attend_tile(const PrefillParams& p, const Prefil
                                             uint32_t sq_addr, const uint8_t* sk, uint8_t* sv,
                                             int64_t k0, bool masked, WeighedMarks& marks,
                                             int& hidden_calls, int tid) {
-  constexpr int kMT = m_tiles(DVB);
+  constexpr int kMT = m_tiles(DVB), kKeys = kKeysOf<KT, VT, DVB>;
   constexpr bool kWide = is_wide(DVB);
-  uint4 pa[kMT][4];
+  uint4 pa[kMT][kKeys / 16];
   {
-    float s[kMT][8][4];
+    float s[kMT][kKeys / 8][4];
     float alpha[kMT][2];
-    qk_tile<KT == KvType::bf16, kMT, qk_dims(KT, DVB)>(s, sq_addr, smem_addr(sk), block_rows(DVB),
-                                                       p.dkc, kWide ? 0 : tid >> 7);
+    qk_tile<KT == KvType::bf16, kMT, qk_dims(KT, DVB), kKeys>(
+        s, sq_addr, smem_addr(sk), block_rows(DVB), p.dkc, kWide ? 0 : tid >> 7);
     wgmma_wait<0>();
-    tile_p<VT, DVB>(p, cta, st, s, k0, masked, tid & 3, pa, alpha);
+    tile_p<VT, DVB, kKeys>(p, cta, st, s, k0, masked, tid & 3, pa, alpha);
     rescale_rows<DVB>(st, alpha);
   }
-  issue_pv<VT, DVB>(p, st, pa, sv, masked, marks, hidden_calls, tid);
+  issue_pv<VT, DVB, kKeys>(p, st, pa, sv, masked, marks, hidden_calls, tid);
   wgmma_wait<0>();
 }
 

@@ -20,7 +20,7 @@ __device__ __forceinline__ void load_operand_tile(const PrefillParams& p, const 
                                                   int* bad_input) {
   constexpr TileMode kMode = tile_mode(T);
   if constexpr (kMode == TileMode::direct) {
-    issue_tile<TileMode::direct>(p, c, dst, nullptr, 0, cta, k0, tid, bad_input);
+    issue_tile<TileMode::direct, kTileKeys>(p, c, dst, nullptr, 0, cta, k0, tid, bad_input);
     cp_async_commit();
   } else if constexpr (kMode == TileMode::raw) {
     decode_rows<T>(p, c, cta, k0, dst, dc, div_items, tid, bad_input);
@@ -43,7 +43,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tid = threadIdx.x, warp = tid >> 5, g = (tid & 31) >> 2;
 
   PrefillCta cta;
-  if (!prefill_cta(p, kRows, cta)) return;
+  static_assert(kKeysOf<KT, VT, DVB> == kTileKeys);
+  if (!prefill_cta(p, kRows, kTileKeys, cta)) return;
   start_cta(p, cta, sign_words, marks, bad_input, tid);
 
   // Q (turbo K: rotated through the scratch inside K's tile, which no tile fills before the first
@@ -69,7 +70,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     cp_async_wait<0>();
     fence_proxy_async();  // the tiles (and Q) before the tensor cores read them
     __syncthreads();
-    const bool masked = prefill_tile_needs_mask(k0, cta.keys.hi, p.causal, p.window, pq_lo, pq_hi);
+    const bool masked =
+        prefill_tile_needs_mask(k0, kTileKeys, cta.keys.hi, p.causal, p.window, pq_lo, pq_hi);
     attend_tile<KT, VT, DVB>(p, cta, rows, sq_addr, sk, sv, k0, masked, marks, hidden_calls, tid);
   }
   __syncthreads();  // everyone is done with the tiles; bad_input is final
