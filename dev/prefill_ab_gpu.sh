@@ -11,9 +11,10 @@
 # new@KVFLASH_PREFILL_NO_TMA=1); DIR/test_gpu_attention.xz is the candidate's (the last pair
 # packed). PREFILL_AB_SETS="FLAGS|FLAGS" replaces the matrix; PREFILL_AB_MEMCHECK,
 # PREFILL_AB_NOTMA and PREFILL_AB_RACECHECK replace the three checks' gtest filters (empty: that
-# check is skipped). Writes OUT/checks.txt,
-# OUT/SIDE_ROUND.csv and OUT/sides.md (medians over rounds of the per-run medians, the first
-# side's time over each other side's: above 1, that side is faster).
+# check is skipped). Writes OUT/checks.txt, OUT/gpu.txt, OUT/sides.md (medians over rounds of
+# the per-run medians, the first side's time over each other side's: above 1, that side is
+# faster) and OUT/raw.tgz (SIDE_ROUND.csv per side and round, the tests' and sanitizers' logs:
+# one archive, since a device call returns at most 8 files).
 set -u
 out=${1:?usage: dev/prefill_ab_gpu.sh OUT ROUNDS DIR SIDE [SIDE ...]}
 rounds=${2:?rounds}
@@ -118,4 +119,10 @@ for k in sorted(rows):
           " | ".join(cell(tf[k].get(s)) for s in sides[1:]) + " | " +
           " | ".join(ratio(s) for s in sides[1:]) + " |")
 PY
+raw=()
+for f in "$out"/*_[0-9]*.csv "$out"/tests.txt "$out"/memcheck*.txt "$out"/racecheck.txt \
+  "$out"/bench.err; do
+  [ -f "$f" ] && raw+=("$(basename "$f")")
+done
+[ ${#raw[@]} -gt 0 ] && tar czf "$out/raw.tgz" -C "$out" --remove-files "${raw[@]}"
 cat "$out/checks.txt"
