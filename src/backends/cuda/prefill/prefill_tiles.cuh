@@ -583,6 +583,11 @@ __device__ __forceinline__ void rescale_rows(LaneRows<m_tiles(DVB), v_tiles(DVB)
 // O += P.V of a tile issued (pv_tile; the caller waits), the V rows of keys no row weighs zeroed
 // first where the tile may hide keys (`hidden_calls` counts zero_hidden_v's calls). The wide
 // instance: each warpgroup's P.V over its slice of V's dims.
+// Whether a tile's P.V first zeroes the V rows of hidden keys (zero_hidden_v: two barriers of all
+// MMA warps): tiles that may hide keys, and every tile under a mask.
+__device__ __forceinline__ bool pv_zeroes_hidden(const PrefillParams& p, bool masked) {
+  return masked || p.has_mask;
+}
 template <KvType VT, int DVB, int kKeys>
 __device__ __forceinline__ void issue_pv(const PrefillParams& p,
                                          LaneRows<m_tiles(DVB), v_tiles(DVB)>& st,
@@ -590,7 +595,7 @@ __device__ __forceinline__ void issue_pv(const PrefillParams& p,
                                          bool masked, WeighedMarks& marks, int& hidden_calls,
                                          int tid) {
   constexpr int kMT = m_tiles(DVB), kVt = v_tiles(DVB);
-  if (masked || p.has_mask)
+  if (pv_zeroes_hidden(p, masked))
     zero_hidden_v<kMT, kKeys>(pa, sv, DVB / 64, marks, hidden_calls++, tid, tid & 31);
   // (the wide instance: the warpgroup's slice starts kWideSliceDims / 64 atoms into V's tile)
   const uint32_t v_slice = is_wide(DVB) ? (tid >> 7) * (kWideSliceDims / 64) * kKeys * 128 : 0;

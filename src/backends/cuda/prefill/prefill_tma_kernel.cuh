@@ -174,7 +174,8 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   const int64_t n_tiles = (cta.keys.hi - cta.keys.lo + kKeys - 1) / kKeys;
 
   // Registers: 32 a thread for the producer (its page-table windows spilled at 24), 232 for the
-  // MMA warps (no spill at head dim 128).
+  // MMA warps (no spill with 64-key tiles; the f16 / bf16 128-key kernel spills 152 bytes:
+  // docs/cuda-prefill.md).
   if (warp >= kWarps) {
     warpgroup_regs_dec<32>();
     if (warp == kWarps)
@@ -239,7 +240,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     const PingPong<!kRawK && !kRawV> turns{tid >> 7};
     // A turn issues tile j's Q.K^T and tile j - 1's P.V: skipped where that P.V zeroes hidden
     // keys first (a barrier of all MMA warps).
-    const auto pv_turn = [&](const AcquiredTile& t) { return !(t.masked || p.has_mask); };
+    const auto pv_turn = [&](const AcquiredTile& t) { return !pv_zeroes_hidden(p, t.masked); };
     const auto issue_qk = [&](float(&sc)[kMT][kKeys / 8][4], const uint8_t* sk) {
       qk_tile<KT == KvType::bf16, kMT, qk_dims(KT, DVB), kKeys>(sc, sq_addr, smem_addr(sk), kRows,
                                                                 p.dkc, tid >> 7);
