@@ -12,10 +12,18 @@
 //  turbo2  128           34           fp16 norm, 2-bit codes (see turbo.hpp for the bit planes)
 //  turbo3  128           50           fp16 norm, 3-bit codes
 //  turbo4  128           66           fp16 norm, 4-bit codes
+//  fp8_e4m3  1           1            OCP FP8 E4M3 ("e4m3fn": bias 7, no inf, NaN = S.1111.111,
+//                                     largest finite 448)
+//  fp8_e5m2  1           1            OCP FP8 E5M2 (bias 15, inf and NaN as IEEE binary16's top
+//                                     byte, largest finite 57344)
 //
 // turbo types store a 128-value group x as: y = R x / |x| with R a fixed randomized Walsh-Hadamard
 // rotation, each y_i replaced by the nearest Lloyd-Max centroid c_i of a Gaussian N(0, 1/128), and
 // norm = |x| / |c| so that the reconstruction x̂ = norm * R^T c keeps |x̂| = |x|.
+//
+// fp8 types hold x / scale, with one scale per tensor (per layer's K or V) outside the rows, as
+// vLLM's fp8 caches do: the attention problem carries it (AttentionProblem::k_scale / v_scale),
+// and the row codecs here work at scale 1 (quantize_row writes fp8(x), dequantize_row reads it).
 #pragma once
 
 #include <array>
@@ -28,17 +36,28 @@
 
 namespace kvflash {
 
-enum class KvType : uint8_t { f32, f16, bf16, q8_0, q4_0, turbo2, turbo3, turbo4 };
+enum class KvType : uint8_t {
+  f32,
+  f16,
+  bf16,
+  q8_0,
+  q4_0,
+  turbo2,
+  turbo3,
+  turbo4,
+  fp8_e4m3,
+  fp8_e5m2
+};
 
-inline constexpr std::array<KvType, 8> kAllKvTypes = {KvType::f32,    KvType::f16,   KvType::bf16,
-                                                      KvType::q8_0,   KvType::q4_0,  KvType::turbo2,
-                                                      KvType::turbo3, KvType::turbo4};
+inline constexpr std::array<KvType, 10> kAllKvTypes = {
+    KvType::f32,    KvType::f16,    KvType::bf16,     KvType::q8_0,    KvType::q4_0,
+    KvType::turbo2, KvType::turbo3, KvType::turbo4, KvType::fp8_e4m3, KvType::fp8_e5m2};
 
 struct KvTypeTraits {
   std::string_view name;
   int32_t block_values;  // values per block
   int32_t block_bytes;   // bytes per block
-  int32_t code_bits;     // bits per value of the payload (0 for float types)
+  int32_t code_bits;     // bits per value of the payload (0 for float types, fp8 included)
   bool rotated;          // stored in the rotated domain (turbo types)
 };
 
@@ -60,12 +79,20 @@ constexpr KvTypeTraits traits(KvType t) {
       return {"turbo3", 128, 50, 3, true};
     case KvType::turbo4:
       return {"turbo4", 128, 66, 4, true};
+    case KvType::fp8_e4m3:
+      return {"fp8_e4m3", 1, 1, 0, false};
+    case KvType::fp8_e5m2:
+      return {"fp8_e5m2", 1, 1, 0, false};
   }
   return {"invalid", 0, 0, 0, false};
 }
 
 constexpr bool is_valid(KvType t) {
-  return static_cast<uint8_t>(t) <= static_cast<uint8_t>(KvType::turbo4);
+  return static_cast<uint8_t>(t) <= static_cast<uint8_t>(KvType::fp8_e5m2);
+}
+// The fp8 types: rows of fp8(x / scale) with the scale in the problem.
+constexpr bool is_fp8(KvType t) {
+  return t == KvType::fp8_e4m3 || t == KvType::fp8_e5m2;
 }
 constexpr std::string_view to_string(KvType t) {
   return traits(t).name;
@@ -113,6 +140,15 @@ KVFLASH_API void dequantize_row_rotated(KvType t, const void* src, int64_t n, fl
 inline constexpr int32_t kTurboGroup = 128;
 KVFLASH_API void rotate_forward(float* x, int64_t n_padded);
 KVFLASH_API void rotate_inverse(float* x, int64_t n_padded);
+
+// fp8 scalar conversions. To fp8: round to nearest even, saturating: a finite value beyond the
+// largest finite fp8 and +-inf become +-largest finite (448 for e4m3, 57344 for e5m2), NaN stays
+// NaN (e4m3 0x7F, e5m2 0x7E, with the sign) -- CUDA's __nv_cvt_float_to_fp8(x, __NV_SATFINITE,
+// ...) bit for bit, so host and device quantize alike. From fp8: exact (every fp8 value is an f32).
+KVFLASH_API uint8_t fp32_to_fp8_e4m3(float f);
+KVFLASH_API float fp8_e4m3_to_fp32(uint8_t x);
+KVFLASH_API uint8_t fp32_to_fp8_e5m2(float f);
+KVFLASH_API float fp8_e5m2_to_fp32(uint8_t x);
 
 // fp16 / bf16 scalar conversions, round to nearest even (bit-identical to F16C vcvtps2ph imm=0).
 KVFLASH_API uint16_t fp32_to_fp16(float f);

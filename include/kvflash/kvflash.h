@@ -91,6 +91,8 @@ typedef enum kvflash_type {
   KVFLASH_TYPE_TURBO2 = 5,
   KVFLASH_TYPE_TURBO3 = 6,
   KVFLASH_TYPE_TURBO4 = 7,
+  KVFLASH_TYPE_FP8_E4M3 = 8, /* OCP FP8 E4M3 of K / k_scale (or V / v_scale): kvflash_problem */
+  KVFLASH_TYPE_FP8_E5M2 = 9, /* OCP FP8 E5M2, likewise */
   KVFLASH_TYPE_INVALID = -1,
   /* Not a type: makes the enum a 32-bit int in every compiler (stable struct layout) and makes
    * any int32_t value a legal kvflash_type, so out-of-range values are reported, not undefined. */
@@ -98,7 +100,7 @@ typedef enum kvflash_type {
 } kvflash_type;
 
 /* Number of valid types (they are 0 .. KVFLASH_TYPE_COUNT - 1). */
-#define KVFLASH_TYPE_COUNT 8
+#define KVFLASH_TYPE_COUNT 10
 
 /* Type for a name: "f32", "f16", "bf16", "q8_0", "q4_0", "turbo2", "turbo3", "turbo4".
  * KVFLASH_TYPE_INVALID for any other name or NULL (and kvflash_last_error() says why). */
@@ -154,10 +156,14 @@ typedef struct kvflash_problem {
                                  page_table); read by the CUDA decode kernels and the reference */
   int32_t ragged_q;           /* nonzero: sequence s has its own query count, 0 .. n_q_tokens,
                                  given by kvflash_tensors.q_offsets; q, out and lse are packed */
+  float k_scale;              /* fp8 K: the rows hold K / k_scale (vLLM's k_scale); 1 (or 0,
+                                 read as 1) for the other types */
+  float v_scale;              /* fp8 V: the rows hold V / v_scale; 1 (or 0) otherwise */
 } kvflash_problem;
 
 /* The defaults of kvflash::AttentionProblem: 1 sequence, 1 query token, 32/8 heads, head_dim
- * 128/128, f16/f16, kv_capacity 1, scale 0 (1/sqrt(head_dim.k)), causal, everything else off. */
+ * 128/128, f16/f16, kv_capacity 1, scale 0 (1/sqrt(head_dim.k)), causal, k_scale and v_scale 1,
+ * everything else off. */
 KVFLASH_API kvflash_problem kvflash_problem_default(void);
 
 /* KVFLASH_OK when the problem lies in the supported space; otherwise KVFLASH_ERROR_INVALID_ARGUMENT

@@ -7,7 +7,8 @@
 // and speculative decoding append the new tokens to the cache before attention; prefill of a
 // fresh prompt has n_q_tokens == kv_len).
 //
-// The logit of query q (head h, position pq) for key k (position pk):
+// The logit of query q (head h, position pq) for key k (position pk), K and V as the rows hold
+// them times k_scale and v_scale (fp8 types; 1 for the others):
 //   s = scale * dot(q, k)
 //   if softcap > 0:   s = softcap * tanh(s / softcap)
 //   if alibi:         s += alibi_slope[h] * (pk - pq)
@@ -85,8 +86,14 @@ struct KVFLASH_API AttentionProblem {
   // every sequence has n_q_tokens queries; true = sequence s has its own count, 0 .. n_q_tokens,
   // given by AttentionTensors::q_offsets, and q / out / lse are packed (see there).
   bool ragged_q = false;
+  // The fp8 types' per-tensor scales (vLLM's k_scale / v_scale): an fp8 K row holds K / k_scale,
+  // an fp8 V row V / v_scale. 1 for every other type (their rows hold their own scales).
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
 
   int32_t group() const { return n_q_heads / n_kv_heads; }
+  // The logit scale the kernels apply to dot(q, k) of the stored K: scale (or 1/sqrt(head_dim.k))
+  // times k_scale.
   float effective_scale() const;
   // Field by field (gpu::GraphRunner's signature is a problem and a key).
   friend bool operator==(const AttentionProblem&, const AttentionProblem&) = default;

@@ -429,6 +429,8 @@ void bind_problem(py::module_& m) {
       .def_readwrite("has_alibi", &AttentionProblem::has_alibi)
       .def_readwrite("page_size", &AttentionProblem::page_size)
       .def_readwrite("ragged_q", &AttentionProblem::ragged_q)
+      .def_readwrite("k_scale", &AttentionProblem::k_scale)
+      .def_readwrite("v_scale", &AttentionProblem::v_scale)
       .def("validate", [](const AttentionProblem& p) { check(validate(p)); })
       .def("__eq__", [](const AttentionProblem& a, const AttentionProblem& b) { return a == b; })
       .def("__repr__", [](const AttentionProblem& p) { return "Problem(" + describe(p) + ")"; });

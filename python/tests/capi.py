@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-_TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "turbo2", "turbo3", "turbo4"]
+_TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "turbo2", "turbo3", "turbo4", "fp8_e4m3", "fp8_e5m2"]
 
 
 class HeadDims(C.Structure):
@@ -21,7 +21,8 @@ class Problem(C.Structure):
                 ("v_type", C.c_int32), ("kv_capacity", C.c_int64), ("scale", C.c_float),
                 ("causal", C.c_int32), ("has_mask", C.c_int32), ("window", C.c_int64),
                 ("softcap", C.c_float), ("has_sinks", C.c_int32), ("has_alibi", C.c_int32),
-                ("page_size", C.c_int32), ("ragged_q", C.c_int32)]
+                ("page_size", C.c_int32), ("ragged_q", C.c_int32),
+                ("k_scale", C.c_float), ("v_scale", C.c_float)]
 
 
 class KvTensor(C.Structure):

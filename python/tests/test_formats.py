@@ -7,7 +7,7 @@ import pytest
 import capi
 import kvflash
 
-TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "turbo2", "turbo3", "turbo4"]
+TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "turbo2", "turbo3", "turbo4", "fp8_e4m3", "fp8_e5m2"]
 
 
 def rows(n_rows, n, seed=0):

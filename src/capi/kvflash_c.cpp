@@ -37,6 +37,8 @@ static_assert(KVFLASH_TYPE_Q4_0 == static_cast<int>(KvType::q4_0));
 static_assert(KVFLASH_TYPE_TURBO2 == static_cast<int>(KvType::turbo2));
 static_assert(KVFLASH_TYPE_TURBO3 == static_cast<int>(KvType::turbo3));
 static_assert(KVFLASH_TYPE_TURBO4 == static_cast<int>(KvType::turbo4));
+static_assert(KVFLASH_TYPE_FP8_E4M3 == static_cast<int>(KvType::fp8_e4m3));
+static_assert(KVFLASH_TYPE_FP8_E5M2 == static_cast<int>(KvType::fp8_e5m2));
 static_assert(KVFLASH_TYPE_COUNT == kvflash::kAllKvTypes.size());
 
 constexpr int to_c(ErrorCode c) {
@@ -152,6 +154,9 @@ kvflash::Expected<kvflash::AttentionProblem> to_cpp(const kvflash_problem* c) {
   p.has_alibi = c->has_alibi != 0;
   p.page_size = c->page_size;
   p.ragged_q = c->ragged_q != 0;
+  // 0 (a problem zeroed instead of kvflash_problem_default()'s) means 1.
+  p.k_scale = c->k_scale == 0.0f ? 1.0f : c->k_scale;
+  p.v_scale = c->v_scale == 0.0f ? 1.0f : c->v_scale;
   return p;
 }
 
@@ -174,6 +179,8 @@ kvflash_problem to_c(const kvflash::AttentionProblem& p) {
   c.has_alibi = p.has_alibi ? 1 : 0;
   c.page_size = p.page_size;
   c.ragged_q = p.ragged_q ? 1 : 0;
+  c.k_scale = p.k_scale;
+  c.v_scale = p.v_scale;
   return c;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <tuple>
 
 namespace kvflash {
 namespace {
@@ -32,7 +33,7 @@ Error range_error(std::string_view field, const std::string& value, std::string_
 }  // namespace
 
 float AttentionProblem::effective_scale() const {
-  return scale != 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(head_dim.k));
+  return (scale != 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(head_dim.k))) * k_scale;
 }
 
 // Fields in declaration order, so that the first offending one is reported.
@@ -73,6 +74,14 @@ Status validate(const AttentionProblem& p) {
   if (p.page_size < 0)
     return range_error("page_size", std::to_string(p.page_size),
                        "0 (contiguous) or a positive number of tokens per page");
+  for (const auto& [field, value, type] : {std::tuple{"k_scale", p.k_scale, p.k_type},
+                                           std::tuple{"v_scale", p.v_scale, p.v_type}}) {
+    if (is_fp8(type) && !(std::isfinite(value) && value > 0.0f))
+      return range_error(field, fmt::format("{}", value), "a finite positive number");
+    if (!is_fp8(type) && value != 1.0f)
+      return field_error(field, fmt::format("{}", value), "applies to fp8 types only",
+                         fmt::format("1 for {}", to_string(type)));
+  }
   return {};
 }
 
@@ -89,6 +98,8 @@ std::string describe(const AttentionProblem& p) {
   if (p.has_sinks) s += " sinks";
   if (p.has_alibi) s += " alibi";
   if (p.scale != 0.0f) s += fmt::format(" scale={}", p.scale);
+  if (p.k_scale != 1.0f) s += fmt::format(" k_scale={}", p.k_scale);
+  if (p.v_scale != 1.0f) s += fmt::format(" v_scale={}", p.v_scale);
   return s;
 }
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "formats/formats_internal.hpp"
+#include "formats/fp8_inline.hpp"
 #include "formats/half_inline.hpp"
 
 namespace kvflash {
@@ -16,7 +17,7 @@ std::optional<KvType> kv_type_from_name(std::string_view name) {
 }
 
 std::string_view kv_type_names() {
-  return "f32, f16, bf16, q8_0, q4_0, turbo2, turbo3, turbo4";
+  return "f32, f16, bf16, q8_0, q4_0, turbo2, turbo3, turbo4, fp8_e4m3, fp8_e5m2";
 }
 
 void quantize_row(KvType t, const float* src, int64_t n, void* dst) {
@@ -45,6 +46,16 @@ void quantize_row(KvType t, const float* src, int64_t n, void* dst) {
     case KvType::turbo4:
       detail::quantize_row_turbo(t, src, n, dst);
       break;
+    case KvType::fp8_e4m3: {
+      auto* d = static_cast<uint8_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = detail::fp32_to_fp8_e4m3_inline(src[i]);
+      break;
+    }
+    case KvType::fp8_e5m2: {
+      auto* d = static_cast<uint8_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = detail::fp32_to_fp8_e5m2_inline(src[i]);
+      break;
+    }
   }
 }
 
@@ -74,6 +85,16 @@ void dequantize_row(KvType t, const void* src, int64_t n, float* dst) {
     case KvType::turbo4:
       detail::dequantize_row_turbo(t, src, n, dst);
       break;
+    case KvType::fp8_e4m3: {
+      const auto* s = static_cast<const uint8_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = detail::fp8_e4m3_to_fp32_inline(s[i]);
+      break;
+    }
+    case KvType::fp8_e5m2: {
+      const auto* s = static_cast<const uint8_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = detail::fp8_e5m2_to_fp32_inline(s[i]);
+      break;
+    }
   }
 }
 

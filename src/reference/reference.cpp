@@ -36,7 +36,12 @@ Status reference_attention(const AttentionProblem& p, const AttentionTensors& t,
   const int32_t G = p.group();
   const int32_t dk = p.head_dim.k;
   const int32_t dv = p.head_dim.v;
-  const double scale = p.effective_scale();
+  // The definition: the logit scale (the float the problem states, or 1/sqrt(head_dim.k) in
+  // float) on dot(q, k), K and V as stored times their fp8 scales (1 for the other types), in
+  // double (not effective_scale(): the kernels fold k_scale into their float scale).
+  const double scale =
+      p.scale != 0.0f ? p.scale : 1.0f / std::sqrt(static_cast<float>(p.head_dim.k));
+  const double k_scale = p.k_scale, v_scale = p.v_scale;
   std::vector<float> krow(static_cast<size_t>(dk));
   std::vector<float> vrow(static_cast<size_t>(dv));
 
@@ -64,7 +69,7 @@ Status reference_attention(const AttentionProblem& p, const AttentionTensors& t,
           dequantize_row(p.k_type, row_ptr(t.k, p.page_size, s, j, kvh), dk, krow.data());
           for (int64_t r = 0; r < nr; ++r) {
             double dot = 0;
-            for (int32_t d = 0; d < dk; ++d) dot += qd[r * dk + d] * double{krow[d]};
+            for (int32_t d = 0; d < dk; ++d) dot += qd[r * dk + d] * (double{krow[d]} * k_scale);
             logits[r * len + j] = dot;
           }
         }
@@ -101,7 +106,7 @@ Status reference_attention(const AttentionProblem& p, const AttentionTensors& t,
             const double w = state_weight(logits[r * len + j], m[r]);
             if (w == 0.0) continue;
             l[r] += w;
-            for (int32_t d = 0; d < dv; ++d) acc[r * dv + d] += w * double{vrow[d]};
+            for (int32_t d = 0; d < dv; ++d) acc[r * dv + d] += w * (double{vrow[d]} * v_scale);
           }
         }
         for (int64_t r = 0; r < nr; ++r) {

@@ -18,6 +18,7 @@
 
 #include "backends/cuda/common/kv_frags.hpp"
 #include "backends/cuda/common/kv_values.hpp"
+#include "backends/cuda/common/type_pairs.hpp"
 #include "backends/cuda/decode/decode_params.hpp"
 #include "backends/cuda/decode/decode_plan.hpp"
 #include "kvflash/turbo.hpp"
@@ -455,8 +456,8 @@ TEST(CudaDecodePlan, LayoutWorkedExamples) {
 
 TEST(CudaDecodePlan, EveryPointOfTheSpaceHasAConsistentLayout) {
   for (HeadDims d : SupportedSpace::head_dims)
-    for (KvType kt : kAllKvTypes)
-      for (KvType vt : kAllKvTypes)
+    for (KvType kt : kCudaKvTypes)
+      for (KvType vt : kCudaKvTypes)
         for (int32_t q : {1, 2, 8})
           for (auto [qh, kvh] : {std::pair{32, 8}, {32, 4}, {8, 8}, {64, 1}}) {
             AttentionProblem p = problem(q, qh, kvh, d, 100000);

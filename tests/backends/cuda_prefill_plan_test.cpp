@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backends/cuda/common/type_pairs.hpp"
 #include "backends/cuda/prefill/prefill_plan.hpp"
 
 namespace kvflash::cuda::prefill {
@@ -27,8 +28,8 @@ struct Region {
 };
 
 TEST(CudaPrefillLayout, RegionsAreAlignedDisjointAndFitTheDevice) {
-  for (KvType k : kAllKvTypes) {
-    for (KvType v : kAllKvTypes) {
+  for (KvType k : kCudaKvTypes) {
+    for (KvType v : kCudaKvTypes) {
       for (HeadDims d : SupportedSpace::head_dims) {
         const AttentionProblem p = problem(k, v, d);
         const PrefillLayout l = prefill_layout(p);
@@ -128,8 +129,8 @@ TEST(CudaPrefillLayout, RegionsAreAlignedDisjointAndFitTheDevice) {
 // tensor (direct: at its stage offset; quantized and f32: at the decoded offset), the turbo
 // scratch inside K's tile, for every type pair, within the device's shared memory.
 TEST(CudaPrefillLayout, WideLayoutHoldsOneTilePerTensorAndFitsTheDevice) {
-  for (KvType k : kAllKvTypes) {
-    for (KvType v : kAllKvTypes) {
+  for (KvType k : kCudaKvTypes) {
+    for (KvType v : kCudaKvTypes) {
       for (HeadDims d : {HeadDims{512, 512}, HeadDims{576, 512}}) {
         const AttentionProblem p = problem(k, v, d);
         SCOPED_TRACE(describe(p));

@@ -23,10 +23,12 @@ using kvflash::capi_test::c_type;
 using kvflash::capi_test::last_error;
 
 TEST(CapiTypes, NamesRoundTrip) {
-  const char* names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "turbo2", "turbo3", "turbo4"};
-  const kvflash_type types[] = {KVFLASH_TYPE_F32,    KVFLASH_TYPE_F16,   KVFLASH_TYPE_BF16,
-                                KVFLASH_TYPE_Q8_0,   KVFLASH_TYPE_Q4_0,  KVFLASH_TYPE_TURBO2,
-                                KVFLASH_TYPE_TURBO3, KVFLASH_TYPE_TURBO4};
+  const char* names[] = {"f32",    "f16",    "bf16",   "q8_0",     "q4_0",
+                         "turbo2", "turbo3", "turbo4", "fp8_e4m3", "fp8_e5m2"};
+  const kvflash_type types[] = {KVFLASH_TYPE_F32,      KVFLASH_TYPE_F16,     KVFLASH_TYPE_BF16,
+                                KVFLASH_TYPE_Q8_0,     KVFLASH_TYPE_Q4_0,    KVFLASH_TYPE_TURBO2,
+                                KVFLASH_TYPE_TURBO3,   KVFLASH_TYPE_TURBO4,  KVFLASH_TYPE_FP8_E4M3,
+                                KVFLASH_TYPE_FP8_E5M2};
   ASSERT_EQ(std::size(names), static_cast<size_t>(KVFLASH_TYPE_COUNT));
   for (size_t i = 0; i < std::size(names); ++i) {
     SCOPED_TRACE(names[i]);
@@ -47,7 +49,7 @@ TEST(CapiTypes, UnknownNames) {
   EXPECT_NE(last_error().find("q5_k"), std::string::npos) << last_error();
   EXPECT_EQ(kvflash_type_from_name("turbo5"), KVFLASH_TYPE_INVALID);
   EXPECT_STREQ(kvflash_type_name(KVFLASH_TYPE_INVALID), "invalid");
-  EXPECT_STREQ(kvflash_type_name(static_cast<kvflash_type>(8)), "invalid");
+  EXPECT_STREQ(kvflash_type_name(static_cast<kvflash_type>(KVFLASH_TYPE_COUNT)), "invalid");
   EXPECT_STREQ(kvflash_type_name(static_cast<kvflash_type>(256)), "invalid");
 }
 
@@ -119,9 +121,9 @@ TEST(CapiTypes, QuantizeInvalidArguments) {
   float out[128];
   EXPECT_EQ(kvflash_quantize(KVFLASH_TYPE_INVALID, src, 128, dst), KVFLASH_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(last_error().find("type"), std::string::npos) << last_error();
-  EXPECT_EQ(kvflash_quantize(static_cast<kvflash_type>(9), src, 128, dst),
+  EXPECT_EQ(kvflash_quantize(static_cast<kvflash_type>(KVFLASH_TYPE_COUNT), src, 128, dst),
             KVFLASH_ERROR_INVALID_ARGUMENT);
-  EXPECT_NE(last_error().find("type=9"), std::string::npos) << last_error();
+  EXPECT_NE(last_error().find("type=10"), std::string::npos) << last_error();
   EXPECT_EQ(kvflash_quantize(KVFLASH_TYPE_Q8_0, src, 0, dst), KVFLASH_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(last_error().find("n_values"), std::string::npos) << last_error();
   EXPECT_EQ(kvflash_quantize(KVFLASH_TYPE_Q8_0, nullptr, 128, dst), KVFLASH_ERROR_INVALID_ARGUMENT);

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
+
 namespace kvflash {
 namespace {
 
@@ -57,11 +59,21 @@ TEST(Problem, RejectionsNameFieldValueAndAllowed) {
        "kv_capacity", "4294967297", "4294967296"},
       {"k type", [](AttentionProblem& p) { p.k_type = static_cast<KvType>(42); }, "k_type", "42",
        "turbo4"},
-      {"v type", [](AttentionProblem& p) { p.v_type = static_cast<KvType>(9); }, "v_type", "9",
+      {"v type", [](AttentionProblem& p) { p.v_type = static_cast<KvType>(19); }, "v_type", "19",
        "q4_0"},
       {"scale", [](AttentionProblem& p) { p.scale = -1.0f; }, "scale", "-1", "positive"},
       {"window", [](AttentionProblem& p) { p.window = -3; }, "window", "-3", "positive"},
       {"softcap", [](AttentionProblem& p) { p.softcap = -2.0f; }, "softcap", "-2", "positive"},
+      {"k_scale of a non-fp8 K", [](AttentionProblem& p) { p.k_scale = 2.0f; }, "k_scale", "2",
+       "1 for f16"},
+      {"v_scale of fp8 V", [](AttentionProblem& p) {
+         p.v_type = KvType::fp8_e4m3;
+         p.v_scale = 0.0f;
+       }, "v_scale", "0", "finite positive"},
+      {"k_scale inf", [](AttentionProblem& p) {
+         p.k_type = KvType::fp8_e5m2;
+         p.k_scale = std::numeric_limits<float>::infinity();
+       }, "k_scale", "inf", "finite positive"},
   };
   for (const Rejection& c : cases) {
     AttentionProblem p = base();

@@ -130,6 +130,26 @@ void check_round_trip(KvType t, const std::vector<float>& x, const std::vector<u
       ASSERT_LE(err, bound * ref) << what;
       break;
     }
+    case KvType::fp8_e4m3:
+    case KvType::fp8_e5m2: {
+      // Round to nearest: within half a step of x's binade (subnormal steps below the smallest
+      // normal); beyond the largest finite value, saturated to it.
+      const bool e4 = t == KvType::fp8_e4m3;
+      const double max = e4 ? 448.0 : 57344.0;
+      const int m = e4 ? 3 : 2, min_exp = e4 ? -6 : -14;
+      for (int64_t i = 0; i < n; ++i) {
+        const double xi = x[i], ax = std::fabs(xi);
+        if (ax >= max) {
+          ASSERT_EQ(y[i], std::copysign(max, xi)) << what << " i=" << i;
+          continue;
+        }
+        int e = 0;
+        std::frexp(ax, &e);
+        const double half_step = std::ldexp(1.0, std::max(e - 1, min_exp) - m - 1);
+        ASSERT_LE(std::fabs(xi - y[i]), half_step) << what << " i=" << i;
+      }
+      break;
+    }
   }
 }
 
@@ -142,7 +162,7 @@ TEST(Formats, NamesRoundTrip) {
   EXPECT_FALSE(kv_type_from_name("q4_1").has_value());
   EXPECT_FALSE(kv_type_from_name("").has_value());
   EXPECT_FALSE(kv_type_from_name("F16").has_value());
-  EXPECT_EQ(kv_type_names(), "f32, f16, bf16, q8_0, q4_0, turbo2, turbo3, turbo4");
+  EXPECT_EQ(kv_type_names(), "f32, f16, bf16, q8_0, q4_0, turbo2, turbo3, turbo4, fp8_e4m3, fp8_e5m2");
 }
 
 TEST(Formats, RowSizes) {
@@ -154,6 +174,8 @@ TEST(Formats, RowSizes) {
   EXPECT_EQ(row_size(KvType::f16, 80), 160u);
   EXPECT_EQ(row_size(KvType::bf16, 576), 1152u);
   EXPECT_EQ(row_size(KvType::f32, 80), 320u);
+  EXPECT_EQ(row_size(KvType::fp8_e4m3, 128), 128u);
+  EXPECT_EQ(row_size(KvType::fp8_e5m2, 576), 576u);
   EXPECT_EQ(row_size(KvType::q8_0, 80), 3u * 34u);  // padded to 96
   EXPECT_EQ(row_size(KvType::q4_0, 80), 3u * 18u);
   EXPECT_EQ(row_size(KvType::turbo3, 80), 50u);        // padded to 128
@@ -298,6 +320,8 @@ TEST(Formats, HugeAndTinyMagnitudes) {
           switch (t) {
             case KvType::f32:
             case KvType::bf16:
+            case KvType::fp8_e4m3:  // saturates: check_round_trip's rule covers every scale
+            case KvType::fp8_e5m2:
               return true;
             case KvType::f16:
               return scale <= 1e3f;

@@ -387,8 +387,8 @@ TEST(CudaPrefillAllPairs, EveryOtherPairMatchesTheReference) {
   if (!cuda::all_pairs_built())
     GTEST_SKIP() << "a default-pairs build: the other pairs have no kernels "
                     "(-DKVFLASH_CUDA_ALL_PAIRS=ON builds them)";
-  for (const KvType k : kAllKvTypes)
-    for (const KvType v : kAllKvTypes) {
+  for (const KvType k : cuda::kCudaKvTypes)
+    for (const KvType v : cuda::kCudaKvTypes) {
       if (cuda::is_default_pair(k, v)) continue;
       PrefillCase c;
       c.k_type = k;

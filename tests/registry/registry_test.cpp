@@ -37,7 +37,7 @@ TEST(RegistrySweep, EveryPointInsideTheSpaceSelectsAKernel) {
             chosen.insert((*k)->name);
             ++points;
           }
-  EXPECT_EQ(points, 9 * 8 * 8 * 4 * 10);
+  EXPECT_EQ(points, int64_t{9} * std::ssize(kAllKvTypes) * std::ssize(kAllKvTypes) * 4 * 10);
   // Decode takes 1 and 8 query tokens, prefill 9 and 512.
   EXPECT_GE(chosen.size(), 2u);
 }
@@ -66,7 +66,7 @@ TEST(RegistrySweep, EveryRaggedPointInsideTheSpaceSelectsAKernel) {
             ASSERT_TRUE(k.ok()) << describe(p) << ": " << k.error().message;
             ++points;
           }
-  EXPECT_EQ(points, 9 * 8 * 5 * 4 * 2);
+  EXPECT_EQ(points, int64_t{9} * std::ssize(kAllKvTypes) * 5 * 4 * 2);
 }
 
 TEST(RegistrySweep, FeaturesOnSelectAKernel) {

@@ -91,7 +91,8 @@ void baseline_attention_f32(const AttentionProblem& p, const AttentionTensors& t
         const int64_t o = (q0 + i) * p.n_q_heads + h;
         const float mr = m[static_cast<size_t>(r)];
         const float lr = l[static_cast<size_t>(r)];
-        const float inv = mr == kNegInf ? 0.0f : 1.0f / lr;
+        // The fp8 V scale (1 for other types) with the normalization: the rows hold V / v_scale.
+        const float inv = mr == kNegInf ? 0.0f : p.v_scale / lr;
         for (int64_t d = 0; d < dv; ++d)
           out[o * dv + d] = acc[static_cast<size_t>(r * dv + d)] * inv;
         lse[o] = mr == kNegInf ? kNegInf : mr + std::log(lr);

@@ -37,6 +37,7 @@ std::string case_name(const ParityCase& c) {
   if (c.sinks) s += "_sinks";
   if (c.alibi) s += "_alibi";
   if (c.scale != 0.0f) s += fmt::format("_scale{:g}", c.scale);
+  if (c.k_scale != 1.0f || c.v_scale != 1.0f) s += fmt::format("_kvscale{:g}x{:g}", c.k_scale, c.v_scale);
   if (c.layout != KvLayout::token_major) s += fmt::format("_{}", to_string(c.layout));
   if (c.page_size > 0) s += fmt::format("_paged{}", c.page_size);
   if (!c.q_lens.empty())
@@ -56,6 +57,8 @@ AttentionProblem to_problem(const ParityCase& c) {
   p.v_type = c.v_type;
   p.kv_capacity = c.kv_len;
   p.scale = c.scale;
+  p.k_scale = c.k_scale;
+  p.v_scale = c.v_scale;
   p.causal = c.causal;
   p.has_mask = c.mask;
   p.window = c.window;

@@ -2,7 +2,9 @@
 // the sets are concatenations of generators, deduplicated by name.
 #include <functional>
 #include <set>
+#include <tuple>
 #include <utility>
+#include <vector>
 
 #include "case.hpp"
 
@@ -81,6 +83,21 @@ std::vector<ParityCase> type_cases() {
                                   {q8_0, turbo3},
                                   {f32, q8_0}}),
                            q_tokens({1, 8})}));
+  // fp8 with vLLM's per-tensor scales (the rows hold K / k_scale, V / v_scale), mixed with the
+  // other 8-bit type.
+  for (auto [k, v, ks, vs] : {std::tuple{fp8_e4m3, fp8_e4m3, 0.0625f, 3.0f},
+                              {fp8_e5m2, fp8_e5m2, 2.0f, 0.25f},
+                              {fp8_e4m3, q8_0, 0.5f, 1.0f},
+                              {q8_0, fp8_e5m2, 1.0f, 0.125f}})
+    for (int32_t q : {1, 9}) {
+      ParityCase c;
+      c.k_type = k;
+      c.v_type = v;
+      c.k_scale = ks;
+      c.v_scale = vs;
+      c.n_q_tokens = q;
+      out.push_back(c);
+    }
   return out;
 }
 

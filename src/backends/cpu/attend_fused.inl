@@ -33,6 +33,9 @@ template <KvType T>
     const v16i q = widen_u8(blk + 2);
     a = lookup(q, lut);
     b = lookup(q >> 4, lut);
+  } else if constexpr (is_fp8(T)) {
+    a = fp8_to_float<T>(row + 32 * u);
+    b = fp8_to_float<T>(row + 32 * u + 16);
   } else {
     constexpr int Bits = T == KvType::turbo2 ? 2 : T == KvType::turbo3 ? 3 : 4;
     using Block = std::conditional_t<Bits == 2, BlockTurbo2,
@@ -301,6 +304,10 @@ ScoreFused pick_score_fused(KvType t) {
       return score_turbo<3, R>;
     case KvType::turbo4:
       return score_turbo<4, R>;
+    case KvType::fp8_e4m3:
+      return score_fused<KvType::fp8_e4m3, R>;
+    case KvType::fp8_e5m2:
+      return score_fused<KvType::fp8_e5m2, R>;
   }
   return nullptr;
 }
@@ -323,6 +330,10 @@ PvFused pick_pv_fused(KvType t) {
       return pv_turbo<3, R>;
     case KvType::turbo4:
       return pv_turbo<4, R>;
+    case KvType::fp8_e4m3:
+      return pv_fused<KvType::fp8_e4m3, R>;
+    case KvType::fp8_e5m2:
+      return pv_fused<KvType::fp8_e5m2, R>;
   }
   return nullptr;
 }

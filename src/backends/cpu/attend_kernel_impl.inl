@@ -27,6 +27,7 @@
 #include <type_traits>
 
 #include "backends/cpu/attend_kernel.hpp"
+#include "formats/fp8_inline.hpp"
 #include "kvflash/blocks.hpp"
 #include "kvflash/turbo.hpp"
 
@@ -216,6 +217,40 @@ inline v16i widen_s8(const uint8_t* p) {
           __builtin_convertvector(widen_s8(qs + kLanes), v16) * d);
   }
 }
+// fp8 -> fp32 for 16 values, exact (formats.hpp): E5M2 is an fp16's top byte; E4M3 sits in an fp16
+// with its bits shifted into place, worth 2^-8 of the value (bias 15 instead of 7), and its one NaN
+// code per sign has no fp16 twin.
+template <KvType T>
+inline v16 fp8_to_float(const uint8_t* p) {
+  static_assert(is_fp8(T));
+#if defined(__AVX512F__)
+  const __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  if constexpr (T == KvType::fp8_e5m2) {
+    return (v16)_mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_slli_epi32(c, 8)));
+  } else {
+    const __m512i mag = _mm512_and_si512(c, _mm512_set1_epi32(0x7F));
+    const __m512i h = _mm512_or_si512(
+        _mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x80)), 8),
+        _mm512_slli_epi32(mag, 7));
+    const __m512 f =
+        _mm512_mul_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)), _mm512_set1_ps(256.0f));
+    const __mmask16 nan = _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7F));
+    return (v16)_mm512_mask_mov_ps(f, nan, _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
+  }
+#else
+  v16 r;
+  for (int i = 0; i < kLanes; ++i)
+    r[i] = T == KvType::fp8_e5m2 ? detail::fp8_e5m2_to_fp32_inline(p[i])
+                                 : detail::fp8_e4m3_to_fp32_inline(p[i]);
+  return r;
+#endif
+}
+template <KvType T>
+[[gnu::always_inline]] inline void deq_fp8(const uint8_t* src, int32_t n, float* dst, int32_t vs,
+                                           const float*) {
+  for (int32_t d = 0; d < n; d += kLanes) store(dst + d / kLanes * vs, fp8_to_float<T>(src + d));
+}
+
 // Centroid lookup: table holds the 2^bits scaled centroids (turbo.hpp).
 inline v16 lookup(const v16i& code, const v16& table) {
 #if defined(__AVX512F__)
@@ -341,6 +376,10 @@ Dequant pick_dequant(KvType t) {
       return deq_rows<deq_turbo<3>>;
     case KvType::turbo4:
       return deq_rows<deq_turbo<4>>;
+    case KvType::fp8_e4m3:
+      return deq_rows<deq_fp8<KvType::fp8_e4m3>>;
+    case KvType::fp8_e5m2:
+      return deq_rows<deq_fp8<KvType::fp8_e5m2>>;
   }
   return nullptr;
 }

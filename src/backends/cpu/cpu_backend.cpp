@@ -252,6 +252,8 @@ Status run_cpu(const Plan& plan, const AttentionTensors& t, void* workspace, Ker
         finalize_state<float>(merged, mm, ll, p.has_sinks, sink, L.dv_st, row_out,
                               t.lse ? t.lse + orow : nullptr);
         if (rot_v) rotate_inverse(row_out, L.dv_st);
+        if (p.v_scale != 1.0f)  // fp8 V: the rows hold V / v_scale
+          for (int32_t d = 0; d < dv; ++d) row_out[d] *= p.v_scale;
         std::copy(row_out, row_out + dv, t.out + orow * dv);
       }
     }

@@ -375,6 +375,11 @@ Status launch_quantize(KvType t, const float* src, int64_t n_rows, int64_t n, Ds
             <<<blocks_for(groups, 4), 128, 0, s>>>(src, n_rows, n, out, tt);
       break;
     }
+    case KvType::fp8_e4m3:
+    case KvType::fp8_e5m2:  // common/type_pairs.hpp: kTypesNotOnCuda
+      return Error{ErrorCode::unsupported, std::string(what) + ": " + std::string(to_string(t)) +
+                                               " is not read by the CUDA kernels yet (the CPU "
+                                               "backend serves it)"};
   }
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
     return Error{ErrorCode::backend_error,
