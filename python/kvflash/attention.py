@@ -109,11 +109,14 @@ def _max_step(offsets):
     return max(1, int(steps.max())) if steps.size else 1
 
 
-def _set_features(p, causal, window, softcap, scale, sinks, alibi, mask):
+def _set_features(p, causal, window, softcap, scale, sinks, alibi, mask, k_scale=1.0,
+                  v_scale=1.0):
     p.causal = bool(causal)
     p.window = int(window or 0)
     p.softcap = float(softcap or 0.0)
     p.scale = float(scale or 0.0)  # 0: the library's 1/sqrt(head_dim)
+    # fp8 caches hold K / k_scale and V / v_scale (vLLM's per-layer scales); 1 for other types.
+    p.k_scale, p.v_scale = float(k_scale), float(v_scale)
     p.has_sinks, p.has_alibi, p.has_mask = bool(sinks), bool(alibi), bool(mask)
 
 
@@ -171,21 +174,21 @@ class Plan:
     def __init__(self, *, q_heads, kv_heads, head_dim, kv_capacity, k_type="f16", v_type="f16",
                  head_dim_v=None, batch=1, q_tokens=1, page_size=0, causal=True, window=0,
                  softcap=0.0, scale=None, sinks=False, alibi=False, mask=False, device="cpu",
-                 kernel=None, exclude=(), n_threads=0, ragged=False):
+                 kernel=None, exclude=(), n_threads=0, ragged=False, k_scale=1.0, v_scale=1.0):
         p = _kvflash.Problem()
         p.n_seqs, p.n_q_tokens, p.n_q_heads, p.n_kv_heads = batch, q_tokens, q_heads, kv_heads
         p.head_dim_k = head_dim
         p.head_dim_v = head_dim_v if head_dim_v is not None else _default_v_head_dim(head_dim)
         p.k_type, p.v_type, p.kv_capacity, p.page_size = k_type, v_type, kv_capacity, page_size
         p.ragged_q = bool(ragged)  # q_tokens: then the most queries of any sequence
-        _set_features(p, causal, window, softcap, scale, sinks, alibi, mask)
+        _set_features(p, causal, window, softcap, scale, sinks, alibi, mask, k_scale, v_scale)
         self._make(p, _device_name(device), kernel, exclude, n_threads)
 
     @classmethod
     def for_tensors(cls, q, k_cache, v_cache, *, k_type=None, v_type=None, page_table=None,
                     causal=True, window=0, softcap=0.0, scale=None, sinks=None, alibi_slopes=None,
                     mask=None, kernel=None, exclude=(), n_threads=0, q_offsets=None,
-                    max_q_tokens=None):
+                    max_q_tokens=None, k_scale=1.0, v_scale=1.0):
         """Ragged (q_offsets given): max_q_tokens, the most queries of any sequence, defaults
         to the offsets' largest step on the CPU (read on the host); on CUDA it must be given
         (reading device offsets would synchronize)."""
@@ -197,7 +200,7 @@ class Plan:
                            optional_view(page_table, "page_table"), k_type, v_type, None,
                            offsets, max_q_tokens)
         _set_features(p, causal, window, softcap, scale, sinks is not None,
-                      alibi_slopes is not None, mask is not None)
+                      alibi_slopes is not None, mask is not None, k_scale, v_scale)
         plan = cls.__new__(cls)
         plan._make(p, qt.device, kernel, exclude, n_threads)
         return plan
@@ -432,7 +435,7 @@ _compiling = lambda: False  # noqa: E731
 def attention(q, k_cache, v_cache, kv_lens=None, *, k_type=None, v_type=None, page_table=None,
               causal=True, window=0, softcap=0.0, sinks=None, alibi_slopes=None, mask=None,
               scale=None, out=None, return_lse=False, kernel=None, q_offsets=None,
-              max_q_tokens=None):
+              max_q_tokens=None, k_scale=1.0, v_scale=1.0):
     """One call: plans the problem the tensors describe, then runs it (a decode loop keeps a Plan
     instead). Returns out, or (out, lse) with return_lse. Ragged batches: q packed (total,
     q_heads, head_dim) and q_offsets (batch + 1,) int32 (see Plan.for_tensors). While
@@ -443,7 +446,8 @@ def attention(q, k_cache, v_cache, kv_lens=None, *, k_type=None, v_type=None, pa
         result = op(q, k_cache, v_cache, kv_lens, k_type=k_type, v_type=v_type,
                     page_table=page_table, causal=causal, window=window, softcap=softcap,
                     sinks=sinks, alibi_slopes=alibi_slopes, mask=mask, scale=scale,
-                    kernel=kernel, q_offsets=q_offsets, q_tokens=max_q_tokens)
+                    kernel=kernel, q_offsets=q_offsets, q_tokens=max_q_tokens,
+                    k_scale=k_scale, v_scale=v_scale)
         if out is None:
             return result
         if return_lse:
@@ -454,17 +458,18 @@ def attention(q, k_cache, v_cache, kv_lens=None, *, k_type=None, v_type=None, pa
                       page_table=page_table, causal=causal, window=window, softcap=softcap,
                       sinks=sinks, alibi_slopes=alibi_slopes, mask=mask, scale=scale, out=out,
                       return_lse=return_lse, kernel=kernel, q_offsets=q_offsets,
-                      max_q_tokens=max_q_tokens)
+                      max_q_tokens=max_q_tokens, k_scale=k_scale, v_scale=v_scale)
 
 
 def _attention(q, k_cache, v_cache, kv_lens=None, *, k_type=None, v_type=None, page_table=None,
                causal=True, window=0, softcap=0.0, sinks=None, alibi_slopes=None, mask=None,
                scale=None, out=None, return_lse=False, kernel=None, q_offsets=None,
-               max_q_tokens=None):
+               max_q_tokens=None, k_scale=1.0, v_scale=1.0):
     """attention() when torch.compile is not tracing: plan (or take this thread's plan of the
     same problem), then run."""
     key = _plan_key(q, k_cache, v_cache, page_table, q_offsets, max_q_tokens, sinks,
-                    alibi_slopes, mask, k_type, v_type, causal, window, softcap, scale, kernel)
+                    alibi_slopes, mask, k_type, v_type, causal, window, softcap, scale, kernel,
+                    k_scale, v_scale)
     plans = getattr(_local, "plans", None)
     if plans is None:
         plans = _local.plans = {}
@@ -474,7 +479,8 @@ def _attention(q, k_cache, v_cache, kv_lens=None, *, k_type=None, v_type=None, p
                                 page_table=page_table, causal=causal, window=window,
                                 softcap=softcap, scale=scale, sinks=sinks,
                                 alibi_slopes=alibi_slopes, mask=mask, kernel=kernel,
-                                q_offsets=q_offsets, max_q_tokens=max_q_tokens)
+                                q_offsets=q_offsets, max_q_tokens=max_q_tokens,
+                                k_scale=k_scale, v_scale=v_scale)
         if key is not None:
             if len(plans) >= _CACHED_PLANS:
                 del plans[next(iter(plans))]  # the oldest

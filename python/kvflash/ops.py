@@ -27,19 +27,20 @@ NAMESPACE = "kvflash"
 _ARGS = ("Tensor q, Tensor k_cache, Tensor v_cache, Tensor? kv_lens=None, *, str? k_type=None, "
          "str? v_type=None, Tensor? page_table=None, bool causal=True, int window=0, "
          "float softcap=0.0, Tensor? sinks=None, Tensor? alibi_slopes=None, Tensor? mask=None, "
-         "float? scale=None, str? kernel=None, Tensor? q_offsets=None, int? q_tokens=None")
+         "float? scale=None, str? kernel=None, Tensor? q_offsets=None, int? q_tokens=None, "
+         "float k_scale=1.0, float v_scale=1.0")
 SCHEMAS = {"attention": f"attention({_ARGS}) -> Tensor",
            "attention_lse": f"attention_lse({_ARGS}) -> (Tensor, Tensor)"}
 
 
 def _eager(q, k_cache, v_cache, kv_lens=None, *, k_type=None, v_type=None, page_table=None,
            causal=True, window=0, softcap=0.0, sinks=None, alibi_slopes=None, mask=None,
-           scale=None, kernel=None, q_offsets=None, q_tokens=None):
+           scale=None, kernel=None, q_offsets=None, q_tokens=None, k_scale=1.0, v_scale=1.0):
     return _attention_module._attention(
         q, k_cache, v_cache, kv_lens, k_type=k_type, v_type=v_type, page_table=page_table,
         causal=causal, window=window, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes,
         mask=mask, scale=scale, kernel=kernel, q_offsets=q_offsets, max_q_tokens=q_tokens,
-        return_lse=True)
+        return_lse=True, k_scale=k_scale, v_scale=v_scale)
 
 
 def _attention(*args, **kw):
@@ -61,7 +62,7 @@ def _head_dim_v(q, v_cache, v_type):
 
 def _fake_lse(q, k_cache, v_cache, kv_lens=None, *, k_type=None, v_type=None, page_table=None,
               causal=True, window=0, softcap=0.0, sinks=None, alibi_slopes=None, mask=None,
-              scale=None, kernel=None, q_offsets=None, q_tokens=None):
+              scale=None, kernel=None, q_offsets=None, q_tokens=None, k_scale=1.0, v_scale=1.0):
     """The outputs' shapes: out (rows, q_heads, head_dim_v), lse (rows, q_heads), rows (batch,
     q_tokens) or, ragged, (total,). The real call checks everything else."""
     rows = tuple(q.shape[:-2])

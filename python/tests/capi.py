@@ -99,7 +99,7 @@ def _kv(a, page_table):
 
 def attention(q, k, v, k_type, v_type, kv_lens=None, page_table=None, causal=True, window=0,
               softcap=0.0, scale=None, sinks=None, alibi_slopes=None, mask=None, kernel=None,
-              q_offsets=None, max_q_tokens=None):
+              q_offsets=None, max_q_tokens=None, k_scale=1.0, v_scale=1.0):
     """kvflash_attention on NumPy arrays: q (batch, q_tokens, q_heads, dk) float32, caches as
     the package takes them (float32 for f32, uint8 bytes otherwise). Ragged: q (total, q_heads,
     dk) and q_offsets (batch + 1,) int32; out and lse are packed the same way."""
@@ -116,7 +116,7 @@ def attention(q, k, v, k_type, v_type, kv_lens=None, page_table=None, causal=Tru
                 v_type=_TYPES.index(v_type), scale=scale or 0.0, causal=int(causal),
                 has_mask=mask is not None, window=window, softcap=softcap,
                 has_sinks=sinks is not None, has_alibi=alibi_slopes is not None,
-                ragged_q=int(q_offsets is not None))
+                ragged_q=int(q_offsets is not None), k_scale=k_scale, v_scale=v_scale)
     if page_table is None:
         p.kv_capacity = k.shape[1]
     else:

@@ -80,6 +80,24 @@ def test_mixed_types(k_type, v_type):
     check(Case(k_type, v_type, q_tokens=3))
 
 
+@pytest.mark.parametrize("k_type, v_type, k_scale, v_scale",
+                         [("fp8_e4m3", "fp8_e4m3", 0.05, 4.0), ("fp8_e5m2", "q8_0", 2.0, 1.0)])
+@pytest.mark.parametrize("q_tokens", [1, 16])
+def test_fp8_caches_with_their_scales(k_type, v_type, k_scale, v_scale, q_tokens):
+    """fp8 rows hold K / k_scale and V / v_scale (vLLM's per-layer scales): the output is
+    attention over the dequantized rows times their scales, and the C API's bits."""
+    case = Case(k_type, v_type, q_tokens=q_tokens)
+    out, lse = case.run(k_scale=k_scale, v_scale=v_scale)
+    want_out, want_lse = reference.attention(case.q, case.k * np.float32(k_scale),
+                                             case.v * np.float32(v_scale), case.kv_lens)
+    assert reference.nmse(out, want_out) < 1e-11
+    assert np.allclose(lse, want_lse.numpy(), rtol=1e-4, atol=1e-4)
+    c_out, c_lse = case.c_api(k_scale=k_scale, v_scale=v_scale)
+    assert np.array_equal(out, c_out) and np.array_equal(lse, c_lse)
+    with pytest.raises(ValueError, match="v_scale"):
+        Case("f16", q_tokens=1).run(v_scale=2.0)  # scales apply to fp8 types only
+
+
 @pytest.mark.parametrize("q_heads, kv_heads", [(4, 4), (8, 1), (12, 4)])
 def test_gqa_mha_mqa(q_heads, kv_heads):
     check(Case(q_heads=q_heads, kv_heads=kv_heads, q_tokens=2))
