@@ -111,7 +111,10 @@ def main():
             kls.sort()
             rows.append((kv, bpv, found, sum(kls) / len(kls), kls[int(0.99 * (len(kls) - 1))],
                          agree / len(kls)))
-            print(f"{kv}: done", file=sys.stderr, flush=True)
+            # The row so far on stderr too, so that a run stopped early keeps what it measured.
+            print(f"{kv}: done: needles " + ", ".join(f"{found[d]}/{a.needles} @{d}" for d in depths)
+                  + f"; KL mean {rows[-1][3]:.2e} p99 {rows[-1][4]:.2e} top-1 {rows[-1][5]:.4f}",
+                  file=sys.stderr, flush=True)
 
     head = " | ".join(f"needle @{d}" for d in depths)
     print(f"| KV type | bits/value | {head} | KL mean | KL p99 | top-1 agree |")

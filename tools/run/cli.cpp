@@ -18,13 +18,16 @@
 #include "common/progress.hpp"
 #include "run/gguf.hpp"
 #include "run/model.hpp"
+#if defined(KVFLASH_RUN_CUDA)
+#include "run/device_forward.hpp"
+#endif
 
 namespace kvflash::tools::run {
 namespace {
 
 struct Args {
   std::string model, prompt, prompt_file, tokens, ctk = "f16", ctv, context, threads = "0";
-  std::string n_predict = "32", chunk = "512", logits, backend = "cpu";
+  std::string n_predict = "32", chunk = "512", logits, backend = "cpu", graphs = "on";
   bool no_progress = false;
 };
 
@@ -85,8 +88,12 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                  "little-endian): for cross-checks and KL divergence")
       ->type_name("FILE");
   app.add_option("--backend", a.backend,
-                 "where the KV cache lives and attention runs: cpu, or cuda (a gpu::KvCache on "
-                 "device 0; the matrix products stay on the CPU)");
+                 "where the forward pass runs: cpu (BLAS, the CPU attention kernels), or cuda "
+                 "(device 0: cuBLAS, the K/V in a gpu::KvCache, the CUDA attention kernels)");
+  app.add_option("--graphs", a.graphs,
+                 "--backend cuda: decode steps as one CUDA graph, captured at the third step and "
+                 "replayed (on), or launched eagerly (off)")
+      ->type_name("on|off");
   app.add_flag("--no-progress", a.no_progress, "no progress line on stderr");
   try {
     parse_llama_style(app, argc, argv);
@@ -111,6 +118,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   if (!threads) return usage(threads.error().message);
   const std::optional<Backend> backend = backend_from_name(a.backend);
   if (!backend) return usage(fmt::format("--backend '{}': expected cpu or cuda", a.backend));
+  if (a.graphs != "on" && a.graphs != "off")
+    return usage(fmt::format("--graphs '{}': expected on or off", a.graphs));
   Expected<std::vector<KvType>> ctk = parse_types("-ctk", a.ctk);
   if (!ctk) return usage(ctk.error().message);
   Expected<std::vector<KvType>> ctv = parse_types("-ctv", a.ctv.empty() ? a.ctk : a.ctv);
@@ -167,7 +176,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     capacity = *ctx;
   }
   Expected<LlamaSession> session =
-      LlamaSession::create(*model, *ctk, *ctv, capacity, static_cast<int32_t>(*threads), *backend);
+      LlamaSession::create(*model, *ctk, *ctv, capacity, static_cast<int32_t>(*threads), *backend,
+                           a.graphs == "on");
   if (!session)
     return session.error().code == ErrorCode::invalid_argument ? usage(session.error().message)
                                                                : failed(session.error().message);
@@ -228,6 +238,15 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   if (decoded > 0)
     err << fmt::format("decode: {} tokens in {:.1f} ms ({:.1f} tokens/s)\n", decoded,
                        decode_s * 1e3, static_cast<double>(decoded) / decode_s);
+#if defined(KVFLASH_RUN_CUDA)
+  if (const DeviceForward* d = session->device()) {
+    const GraphCounters& g = d->graph_counters();
+    err << fmt::format("cuda: weights {:.1f} MB on the device; decode steps: {} eager, {} "
+                       "captured, {} replayed from the graph\n",
+                       static_cast<double>(d->weight_bytes()) / 1e6, g.eager_runs, g.captures,
+                       g.replays);
+  }
+#endif
   return 0;
 }
 
