@@ -39,18 +39,19 @@ for kv in f16 q8_0; do
   for g in on off; do
     echo "== cuda $kv graphs $g" >> "$s"
     timeout 60 "$b/kvflash-run" -m models/needle.gguf -f /tmp/prompt32k.txt -n 256 -ctk "$kv" \
-      --backend cuda --graphs "$g" --no-progress 2>&1 >/dev/null | grep -E 'prefill|decode|cuda' >> "$s"
+      -b 4096 --backend cuda --graphs "$g" --no-progress 2>&1 >/dev/null | grep -E 'prefill|decode|cuda' >> "$s"
   done
 done
 echo "== cpu f16 (all cores)" >> "$s"
-timeout 90 "$b/kvflash-run" -m models/needle.gguf -f /tmp/prompt32k.txt -n 32 --no-progress \
+timeout 90 "$b/kvflash-run" -m models/needle.gguf -f /tmp/prompt32k.txt -n 32 -b 4096 --no-progress \
   2>&1 >/dev/null | grep -E 'prefill|decode' >> "$s"
 
 t=$(left)
 if [ "$t" -gt 30 ]; then
   echo "== check.py --backend cuda (timeout ${t}s)" >> "$s"
   timeout "$t" python3 scripts/model/check.py "$b/kvflash-run" models/needle.gguf --backend cuda \
-    --depths 1024,4096,16384,32768,65536,131072 --needles 5 > "$out/check.txt" 2>&1
+    --chunk 4096 --depths 1024,4096,16384,32768,65536,131072 --needles "${NEEDLES:-10}" \
+    --types "${TYPES:-f16,q8_0,q4_0,turbo4,turbo3,turbo2}" > "$out/check.txt" 2>&1
   echo "rc=$?" >> "$s"
   cat "$out/check.txt" >> "$s"
 fi
