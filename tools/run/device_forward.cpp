@@ -60,7 +60,7 @@ struct DeviceForward::Impl {
 
   // Activations for chunks of up to `rows` tokens (grown before a larger chunk; a change of
   // addresses is a new graph signature through `generation`).
-  int64_t rows = 0;
+  int64_t rows = 0, logit_rows = 0;  // logits: one row, or n where every token's are asked for
   uint64_t generation = 0;
   gpu::DeviceBuffer ids, x, h, q, k, v, o, g, u, rope, logits, workspace;
 
@@ -86,6 +86,7 @@ struct DeviceForward::Impl {
 
   Status upload_weights();
   Status ensure_rows(int64_t n);
+  Status ensure_logit_rows(int64_t n);
   Expected<const Plan*> plan_for(int64_t n, size_t layer);
   Status enqueue(int64_t n, bool all_logits);
 };
@@ -140,14 +141,25 @@ Status DeviceForward::Impl::ensure_rows(int64_t n) {
       {&o, n * qd * f},
       {&g, n * c.n_ff * f},
       {&u, n * c.n_ff * f},
-      {&rope, n * (c.head_dim / 2) * 2 * f},
-      {&logits, n * c.n_vocab * f}};
+      {&rope, n * (c.head_dim / 2) * 2 * f}};
   for (const auto& [buf, bytes] : sizes) {
     Expected<gpu::DeviceBuffer> b = gpu::DeviceBuffer::allocate(static_cast<size_t>(bytes));
     if (!b) return b.error();
     *buf = std::move(*b);
   }
   rows = n;
+  ++generation;
+  return {};
+}
+
+Status DeviceForward::Impl::ensure_logit_rows(int64_t n) {
+  if (n <= logit_rows) return {};
+  if (Status st = stream.synchronize(); !st) return st;
+  Expected<gpu::DeviceBuffer> b =
+      gpu::DeviceBuffer::allocate(static_cast<size_t>(n * m->config.n_vocab) * sizeof(float));
+  if (!b) return b.error();
+  logits = std::move(*b);
+  logit_rows = n;
   ++generation;
   return {};
 }
@@ -275,6 +287,7 @@ Expected<std::vector<float>> DeviceForward::forward(const std::vector<int32_t>& 
   const auto n = static_cast<int64_t>(ids.size());
   const LlamaConfig& c = d.m->config;
   if (Status st = d.ensure_rows(n); !st) return st.error();
+  if (Status st = d.ensure_logit_rows(all_logits ? n : 1); !st) return st.error();
   for (size_t l = 0; l < d.layers.size(); ++l)
     if (Expected<const Plan*> pl = d.plan_for(n, l); !pl) return pl.error();
   if (Status st = gpu::copy(d.ids.data(), ids.data(), ids.size() * sizeof(int32_t),
