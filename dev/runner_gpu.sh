@@ -28,6 +28,14 @@ s="$out/summary.txt"
 nvidia-smi --query-gpu=name --format=csv,noheader | tee "$s"
 left() { echo $((limit - SECONDS)); }
 
+# Optionally, another tree's GPU tests first (DIR/test_gpu_attention.xz: e.g. main's, to tell a
+# candidate's failure from the tree's on this machine).
+if [ -f "$dir/test_gpu_attention.xz" ]; then
+  python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+    "$dir/test_gpu_attention.xz" "$b/tga" && chmod +x "$b/tga"
+  timeout 170 "$b/tga" > "$out/test_gpu_attention.txt" 2>&1
+  echo "test_gpu_attention rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$out/test_gpu_attention.txt" | tr '\n' ' ' | cut -c1-600)" | tee -a "$s"
+fi
 timeout 120 "$b/test_gpu_run" > "$out/test.txt" 2>&1
 echo "test_gpu_run rc=$? $(grep -E '^\[  (PASSED|FAILED)|NMSE' "$out/test.txt" | tr '\n' ' ')" | tee -a "$s"
 grep -E -A3 'Failure' "$out/test.txt" | head -20 | tee -a "$s"
