@@ -19,3 +19,11 @@ if [ ! -f /usr/include/fmt/format.h ] || [ ! -f /usr/include/CLI/CLI.hpp ] ||
     return 1
   fi
 fi
+# kvflash-run and test_gpu_run need libopenblas.so.0 at run time: where the machine lacks it,
+# Debian's libopenblas0-pthread and libgfortran5 from .debs/ (`apt-get download
+# libopenblas0-pthread libgfortran5`) are unpacked into the same private prefix.
+if ! ldconfig -p 2>/dev/null | grep -q 'libopenblas\.so\.0' && ls .debs/libopenblas0-pthread_*.deb >/dev/null 2>&1; then
+  kvflash_blas=/tmp/kvflash-deps
+  for d in .debs/libopenblas0-pthread_*.deb .debs/libgfortran5_*.deb; do dpkg -x "$d" "$kvflash_blas"; done
+  export LD_LIBRARY_PATH="$kvflash_blas/usr/lib/x86_64-linux-gnu/openblas-pthread:$kvflash_blas/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi

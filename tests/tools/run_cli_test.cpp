@@ -1,6 +1,6 @@
 // kvflash-run's command line (issue 41), in-process: a byte-token model generates from a text
 // prompt in chunks with a quantized cache and reports tokens/s; the same tokens come with
-// --tokens and from a file (-f); --backend cuda against the CPU where a device exists; and the
+// --tokens and from a file (-f), and several prompts in one run (--prompts); --backend cuda against the CPU where a device exists; and the
 // errors: no model file, a text prompt for a model whose tokens are not bytes,
 // a context too small, a bad cache type.
 #include <gtest/gtest.h>
@@ -69,6 +69,20 @@ TEST(RunCli, GeneratesFromATextPromptAndReportsTokensPerSecond) {
                              "-ctv", "q4_0", "--no-progress", "-t", "1"});
   ASSERT_EQ(f.code, 0) << f.err;
   EXPECT_EQ(f.out, r.out);
+  // Several prompts (--prompts, NUL-separated), each on a fresh cache: each generation as the
+  // prompt's own run gives it, each ended by a NUL byte.
+  const Result other = run_with({"-m", path, "-p", "kv\ncache", "-n", "6", "-ctk", "q8_0", "-ctv",
+                                 "q4_0", "--no-progress", "-t", "1"});
+  ASSERT_EQ(other.code, 0) << other.err;
+  const std::string prompts_path = ::testing::TempDir() + "kvflash_run_cli_prompts.bin";
+  std::ofstream(prompts_path, std::ios::binary) << std::string("hello, kvflash\0kv\ncache\0", 24);
+  const Result m = run_with({"-m", path, "--prompts", prompts_path, "-n", "6", "-b", "5", "-ctk",
+                             "q8_0", "-ctv", "q4_0", "--no-progress", "-t", "1"});
+  ASSERT_EQ(m.code, 0) << m.err;
+  EXPECT_EQ(m.out, r.out.substr(0, r.out.size() - 1) + '\0' +
+                       other.out.substr(0, other.out.size() - 1) + '\0');
+  EXPECT_NE(m.err.find("prefill: 22 tokens"), std::string::npos) << m.err;
+  std::remove(prompts_path.c_str());
   std::remove(prompt_path.c_str());
   std::remove(path.c_str());
 }
@@ -131,7 +145,7 @@ TEST(RunCli, RefusesWhatItCannotRun) {
   EXPECT_NE(r.err.find("999"), std::string::npos) << r.err;
   r = run_with({"-m", path, "--tokens", "1,2", "-f", "prompt.txt"});
   EXPECT_EQ(r.code, kExitUsage);
-  EXPECT_NE(r.err.find("one of -p, -f and --tokens"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("one of -p, -f, --tokens and --prompts"), std::string::npos) << r.err;
   r = run_with({"-m", path, "-f", ::testing::TempDir() + "kvflash_no_such_prompt.txt"});
   EXPECT_EQ(r.code, kExitFailed);
   EXPECT_NE(r.err.find("-f: cannot read"), std::string::npos) << r.err;

@@ -12,6 +12,9 @@
 #include <utility>
 
 #include "common/kernel_note.hpp"
+#if defined(KVFLASH_RUN_CUDA)
+#include "run/device_forward.hpp"
+#endif
 #include "kvflash/device.hpp"
 #include "kvflash/kv_cache.hpp"
 #include "kvflash/problem.hpp"
@@ -245,16 +248,10 @@ Expected<LlamaModel> load_llama(const GgufFile& f) {
   return m;
 }
 
-struct LlamaSession::Device {
-  gpu::KvCache cache;
-  gpu::Stream stream;
-  gpu::DeviceBuffer q, k, v, out, workspace;
-  int64_t rows = 0;  // tokens that q / k / v / out hold
-};
-
 Expected<LlamaSession> LlamaSession::create(const LlamaModel& m, std::vector<KvType> k_types,
                                             std::vector<KvType> v_types, int64_t capacity,
-                                            int32_t n_threads, Backend backend) {
+                                            int32_t n_threads, Backend backend,
+                                            bool cuda_graphs) {
   const LlamaConfig& c = m.config;
   const auto per_layer = [&](std::vector<KvType>& t, const char* what) -> Status {
     if (t.size() == 1) t.assign(static_cast<size_t>(c.n_layer), t[0]);
@@ -283,26 +280,18 @@ Expected<LlamaSession> LlamaSession::create(const LlamaModel& m, std::vector<KvT
     lc.v.resize(static_cast<size_t>(capacity * c.n_head_kv) * row_size(lc.v_type, c.head_dim));
   }
   if (backend == Backend::cuda) {
-    const auto fail = [](const Error& e) {
-      return Error{e.code, fmt::format("--backend cuda: {}", e.message)};
-    };
-    if (cuda_device_count() == 0)
-      return unsupported(
-          "--backend cuda: no CUDA device is visible (or this build has no CUDA backend: "
-          "configure with -DKVFLASH_CUDA=ON)");
-    Expected<gpu::Stream> stream = gpu::Stream::create();
-    if (!stream) return fail(stream.error());
-    gpu::KvCacheConfig kc;
-    kc.n_seqs = 1;
-    kc.n_kv_heads = c.n_head_kv;
-    kc.head_dim = {c.head_dim, c.head_dim};
-    for (const LayerCache& lc : s.caches_) kc.layers.push_back({lc.k_type, lc.v_type});
-    kc.capacity = capacity;
-    Expected<gpu::KvCache> cache = gpu::KvCache::create(kc, stream->handle());
-    if (!cache) return fail(cache.error());
-    s.dev_ = std::make_shared<Device>();
-    s.dev_->cache = std::move(*cache);
-    s.dev_->stream = std::move(*stream);
+#if defined(KVFLASH_RUN_CUDA)
+    std::vector<gpu::KvLayerTypes> types;
+    for (const LayerCache& lc : s.caches_) types.push_back({lc.k_type, lc.v_type});
+    Expected<std::unique_ptr<DeviceForward>> d =
+        DeviceForward::create(m, std::move(types), capacity, cuda_graphs);
+    if (!d) return d.error();
+    s.dev_ = std::move(*d);
+#else
+    (void)cuda_graphs;
+    return unsupported(
+        "--backend cuda: this build has no CUDA backend (configure with -DKVFLASH_CUDA=ON)");
+#endif
   }
   return s;
 }
@@ -323,18 +312,11 @@ Expected<const Plan*> LlamaSession::attention_plan(int64_t n, KvType k, KvType v
   p.causal = true;
   PlanOptions opt;
   opt.n_threads = n_threads_;
-  opt.select.backend = backend_;
+  opt.select.backend = Backend::cpu;
   Expected<Plan> pl = kvflash::plan(p, opt);
   if (!pl) return pl.error();
   tools::note_portable_kernel(*pl);
-  if (backend_ == Backend::cpu) {
-    workspace_.resize(std::max(workspace_.size(), pl->workspace_bytes));
-  } else if (pl->workspace_bytes > dev_->workspace.size()) {
-    if (Status st = dev_->stream.synchronize(); !st) return st.error();  // nothing uses it now
-    Expected<gpu::DeviceBuffer> w = gpu::DeviceBuffer::allocate(pl->workspace_bytes);
-    if (!w) return w.error();
-    dev_->workspace = std::move(*w);
-  }
+  workspace_.resize(std::max(workspace_.size(), pl->workspace_bytes));
   return &plans_.emplace(key, std::move(*pl)).first->second;
 }
 
@@ -363,37 +345,12 @@ Status LlamaSession::attend_host(size_t l, int64_t n, const float* q, const floa
   return kvflash::run(**pl, at, workspace_.data());
 }
 
-Status LlamaSession::attend_cuda(size_t l, int64_t n, const float* q, const float* k,
-                                 const float* v, float* o) {
-  const LlamaConfig& c = m_->config;
-  Device& d = *dev_;
-  void* st = d.stream.handle();
-  const size_t q_bytes = static_cast<size_t>(n * c.n_head * c.head_dim) * sizeof(float),
-               kv_bytes = static_cast<size_t>(n * c.n_head_kv * c.head_dim) * sizeof(float);
-  if (n > d.rows) {  // grows to the largest chunk (the stream is idle between layers)
-    for (auto [buf, bytes] :
-         {std::pair{&d.q, q_bytes}, {&d.k, kv_bytes}, {&d.v, kv_bytes}, {&d.out, q_bytes}}) {
-      Expected<gpu::DeviceBuffer> b = gpu::DeviceBuffer::allocate(bytes);
-      if (!b) return b.error();
-      *buf = std::move(*b);
-    }
-    d.rows = n;
-  }
-  const auto l32 = static_cast<int32_t>(l), n32 = static_cast<int32_t>(n);
-  Expected<const Plan*> pl = attention_plan(n, caches_[l].k_type, caches_[l].v_type);
-  if (!pl) return pl.error();
-  if (Status s = gpu::copy(d.k.data(), k, kv_bytes, st); !s) return s;
-  if (Status s = gpu::copy(d.v.data(), v, kv_bytes, st); !s) return s;
-  if (Status s = d.cache.append(l32, static_cast<const float*>(d.k.data()),
-                                static_cast<const float*>(d.v.data()), n32, st);
-      !s)
-    return s;
-  if (Status s = gpu::copy(d.q.data(), q, q_bytes, st); !s) return s;
-  const AttentionTensors at = d.cache.tensors(l32, static_cast<const float*>(d.q.data()),
-                                              static_cast<float*>(d.out.data()));
-  if (Status s = kvflash::run(**pl, at, d.workspace.data(), st); !s) return s;
-  if (Status s = gpu::copy(o, d.out.data(), q_bytes, st); !s) return s;
-  return d.stream.synchronize();
+Status LlamaSession::reset() {
+  pos_ = 0;
+#if defined(KVFLASH_RUN_CUDA)
+  if (dev_) return dev_->reset();
+#endif
+  return {};
 }
 
 Expected<std::vector<float>> LlamaSession::forward(const std::vector<int32_t>& ids,
@@ -408,6 +365,13 @@ Expected<std::vector<float>> LlamaSession::forward(const std::vector<int32_t>& i
     if (id < 0 || id >= c.n_vocab)
       return invalid_argument(
           fmt::format("forward: token id {} is outside the vocabulary 0 .. {}", id, c.n_vocab - 1));
+#if defined(KVFLASH_RUN_CUDA)
+  if (dev_) {
+    Expected<std::vector<float>> logits = dev_->forward(ids, all_logits);
+    if (logits) pos_ += n;
+    return logits;
+  }
+#endif
   const int64_t e = c.n_embd, hd = c.head_dim, q_dim = int64_t{c.n_head} * hd,
                 kv_dim = int64_t{c.n_head_kv} * hd;
   std::vector<float> x(static_cast<size_t>(n * e)), h(x.size()), q(static_cast<size_t>(n * q_dim)),
@@ -418,10 +382,6 @@ Expected<std::vector<float>> LlamaSession::forward(const std::vector<int32_t>& i
                 static_cast<size_t>(e) * sizeof(float));
 
   const int64_t len = pos_ + n;
-  // The device lengths grow once per chunk, for every layer (kvflash::gpu::KvCache).
-  if (backend_ == Backend::cuda)
-    if (Status s = dev_->cache.begin_step(static_cast<int32_t>(n), dev_->stream.handle()); !s)
-      return s.error();
   const std::vector<std::pair<float, float>> rot =
       rope_table(n, c.head_dim, pos_, c.rope_base, c.rope_scale);
   for (size_t l = 0; l < m_->layers.size(); ++l) {
@@ -432,10 +392,7 @@ Expected<std::vector<float>> LlamaSession::forward(const std::vector<int32_t>& i
     matmul(h.data(), n, L.wv, v.data());
     rope(q.data(), n, c.n_head, c.head_dim, rot);
     rope(k.data(), n, c.n_head_kv, c.head_dim, rot);
-    if (Status s = backend_ == Backend::cuda
-                       ? attend_cuda(l, n, q.data(), k.data(), v.data(), o.data())
-                       : attend_host(l, n, q.data(), k.data(), v.data(), o.data());
-        !s)
+    if (Status s = attend_host(l, n, q.data(), k.data(), v.data(), o.data()); !s)
       return s.error();
     matmul(o.data(), n, L.wo, h.data());
     for (size_t i = 0; i < x.size(); ++i) x[i] += h[i];

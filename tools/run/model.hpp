@@ -1,8 +1,8 @@
 // kvflash-run's model: a Llama-architecture transformer read from GGUF (llama.cpp's tensor names
 // and metadata keys), run on the CPU with BLAS for the matrix products and kvflash for attention
-// over a KV cache of any type per layer: on the host (the CPU kernels), or on a CUDA device in a
-// gpu::KvCache (the layers' K/V appended and quantized there, attention by the CUDA kernels; the
-// matrix products stay on the CPU). One sequence; tokens are ids (the project's own model uses
+// over a KV cache of any type per layer: on the host (the CPU kernels), or on a CUDA device
+// (device_forward.hpp: the whole pass there, cuBLAS for the products, the K/V in a gpu::KvCache,
+// decode steps as one CUDA graph). One sequence; tokens are ids (the project's own model uses
 // bytes as tokens; other tokenizers are out of scope).
 //
 // The forward pass, per chunk of n tokens at positions pos .. pos + n - 1:
@@ -71,14 +71,18 @@ struct LayerCache {
 };
 
 // The model's state for one sequence: the caches, the tokens they hold, and scratch buffers.
+class DeviceForward;
+
 class LlamaSession {
  public:
   // KV types per layer (one entry: every layer), capacity in tokens; the CPU threads the
-  // attention plan may use (0: all); where the cache lives and attention runs (cuda: device 0,
-  // an error naming the reason where there is none or the build has no CUDA backend).
+  // attention plan may use (0: all); where the forward pass runs (cuda: device 0, an error
+  // naming the reason where there is none or the build has no CUDA backend) and, there, whether
+  // decode steps run as one CUDA graph.
   static Expected<LlamaSession> create(const LlamaModel& m, std::vector<KvType> k_types,
                                        std::vector<KvType> v_types, int64_t capacity,
-                                       int32_t n_threads = 0, Backend backend = Backend::cpu);
+                                       int32_t n_threads = 0, Backend backend = Backend::cpu,
+                                       bool cuda_graphs = true);
 
   // Appends `ids` at the next positions and returns the logits of every one of them
   // (ids.size() x n_vocab) or of the last only (n_vocab).
@@ -88,7 +92,9 @@ class LlamaSession {
   Backend backend() const { return backend_; }
   int64_t capacity() const { return capacity_; }
   // Drops the cache (position back to 0).
-  void reset() { pos_ = 0; }
+  Status reset();
+  // The CUDA forward pass (backend cuda), for its graph counters; null on the CPU.
+  const DeviceForward* device() const { return dev_.get(); }
 
  private:
   // The attention plan of a call of n tokens over a layer's K/V types (one per shape: a decode
@@ -97,15 +103,10 @@ class LlamaSession {
   // Appends the chunk's k and v (n x n_head_kv x head_dim f32) to layer l's cache and writes
   // o = attention(q, cache) for its n tokens (positions pos_ .. pos_ + n - 1, causal).
   Status attend_host(size_t l, int64_t n, const float* q, const float* k, const float* v, float* o);
-  Status attend_cuda(size_t l, int64_t n, const float* q, const float* k, const float* v, float* o);
-
-  // The CUDA side (backend cuda): the cache, a stream, and device buffers for q / k / v / out
-  // (sized for the largest chunk so far) and the plans' workspace.
-  struct Device;
 
   const LlamaModel* m_ = nullptr;
   Backend backend_ = Backend::cpu;
-  std::shared_ptr<Device> dev_;
+  std::shared_ptr<DeviceForward> dev_;  // backend cuda
   std::map<std::tuple<int64_t, KvType, KvType>, Plan> plans_;
   std::vector<uint8_t> workspace_;
   std::vector<LayerCache> caches_;
