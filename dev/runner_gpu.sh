@@ -7,7 +7,7 @@
 # LIMIT seconds (default 300) after its start. Pack on the CPU machine, carry DIR and .debs:
 #   mkdir -p DIR && xz -T0 -c BUILD/tests/test_gpu_run > DIR/test_gpu_run.xz &&
 #     xz -T0 -c BUILD/tools/run/kvflash-run > DIR/kvflash-run.xz
-#   LIMIT=300 dev/runner_gpu.sh OUT DIR
+#   LIMIT=300 dev/runner_gpu.sh OUT DIR     (NEEDLES, DEPTHS, TYPES: check.py's lists)
 # Writes OUT/summary.txt (the checks, the tokens/s lines, the check table) and the logs.
 set -u
 out=${1:?usage: dev/runner_gpu.sh OUT DIR}
@@ -58,7 +58,7 @@ t=$(left)
 if [ "$t" -gt 30 ]; then
   echo "== check.py --backend cuda (timeout ${t}s)" >> "$s"
   timeout "$t" python3 scripts/model/check.py "$b/kvflash-run" models/needle.gguf --backend cuda \
-    --chunk 4096 --depths 1024,4096,16384,32768,65536,131072 --needles "${NEEDLES:-10}" \
+    --chunk 4096 --depths "${DEPTHS:-1024,4096,16384,32768,65536,131072}" --needles "${NEEDLES:-10}" \
     --types "${TYPES:-f16,q8_0,q4_0,turbo4,turbo3,turbo2}" > "$out/check.txt" 2>&1
   echo "rc=$?" >> "$s"
   cat "$out/check.txt" >> "$s"
