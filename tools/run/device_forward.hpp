@@ -28,8 +28,9 @@ struct LlamaModel;
 
 class DeviceForward {
  public:
-  // Copies the model's weights to device 0 and creates the cache (capacity tokens, the layers'
-  // K/V types), a stream and a cuBLAS handle. graphs = false: every step eager.
+  // Copies the model's weights to device 0 (the caller checks that there is one) and creates the
+  // cache (capacity tokens, the layers' K/V types), a stream and a cuBLAS handle. graphs = false:
+  // every step eager.
   static Expected<std::unique_ptr<DeviceForward>> create(const LlamaModel& m,
                                                         std::vector<gpu::KvLayerTypes> layers,
                                                         int64_t capacity, bool graphs);

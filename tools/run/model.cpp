@@ -280,6 +280,10 @@ Expected<LlamaSession> LlamaSession::create(const LlamaModel& m, std::vector<KvT
     lc.v.resize(static_cast<size_t>(capacity * c.n_head_kv) * row_size(lc.v_type, c.head_dim));
   }
   if (backend == Backend::cuda) {
+    if (cuda_device_count() == 0)
+      return unsupported(
+          "--backend cuda: no CUDA device is visible (or this build has no CUDA backend: "
+          "configure with -DKVFLASH_CUDA=ON)");
 #if defined(KVFLASH_RUN_CUDA)
     std::vector<gpu::KvLayerTypes> types;
     for (const LayerCache& lc : s.caches_) types.push_back({lc.k_type, lc.v_type});
@@ -289,8 +293,7 @@ Expected<LlamaSession> LlamaSession::create(const LlamaModel& m, std::vector<KvT
     s.dev_ = std::move(*d);
 #else
     (void)cuda_graphs;
-    return unsupported(
-        "--backend cuda: this build has no CUDA backend (configure with -DKVFLASH_CUDA=ON)");
+    return unsupported("--backend cuda: this kvflash-run was built without its CUDA forward pass");
 #endif
   }
   return s;
