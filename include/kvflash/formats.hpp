@@ -50,7 +50,7 @@ enum class KvType : uint8_t {
 };
 
 inline constexpr std::array<KvType, 10> kAllKvTypes = {
-    KvType::f32,    KvType::f16,    KvType::bf16,     KvType::q8_0,    KvType::q4_0,
+    KvType::f32,    KvType::f16,    KvType::bf16,   KvType::q8_0,     KvType::q4_0,
     KvType::turbo2, KvType::turbo3, KvType::turbo4, KvType::fp8_e4m3, KvType::fp8_e5m2};
 
 struct KvTypeTraits {

@@ -30,34 +30,33 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import needle_text  # noqa: E402  (the training text's generator; no PyTorch needed)
 
 
-def run(binary, model, kv, prompt, n, extra=()):
-    # The prompt goes by file: one argument holds at most 128 KiB.
+def _kvflash_run(binary, model, kv, text, n, flags):
+    """kvflash-run on `text` given by file (one argument holds at most 128 KiB): stdout, stderr."""
     with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="utf-8") as f:
-        f.write(prompt)
+        f.write(text)
         f.flush()
-        cmd = [binary, "-m", model, "-f", f.name, "-n", str(n), "-ctk", kv, "-ctv", kv,
-               "--no-progress", *extra]
+        cmd = [binary, "-m", model, *flags(f.name), "-n", str(n), "-ctk", kv, "-ctv", kv,
+               "--no-progress"]
         r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:8])} ...: {r.stderr.strip()}")
-    return r.stdout.rstrip("\n"), r.stderr
+    return r.stdout, r.stderr
+
+
+def run(binary, model, kv, prompt, n, extra=()):
+    out, err = _kvflash_run(binary, model, kv, prompt, n, lambda path: ("-f", path, *extra))
+    return out.rstrip("\n"), err
 
 
 def run_many(binary, model, kv, prompts, n, extra=()):
     """Every prompt in one kvflash-run (--prompts: NUL-separated, each on a fresh cache), so the
     model loads and the device starts once: the n-token generation of each, and stderr."""
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="utf-8") as f:
-        f.write("".join(p + "\0" for p in prompts))
-        f.flush()
-        cmd = [binary, "-m", model, "--prompts", f.name, "-n", str(n), "-ctk", kv, "-ctv", kv,
-               "--no-progress", *extra]
-        r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd[:8])} ...: {r.stderr.strip()}")
-    outs = r.stdout.split("\0")[:len(prompts)]
+    out, err = _kvflash_run(binary, model, kv, "".join(p + "\0" for p in prompts), n,
+                            lambda path: ("--prompts", path, *extra))
+    outs = out.split("\0")[:len(prompts)]
     if len(outs) != len(prompts):
         raise RuntimeError(f"{len(prompts)} prompts, {len(outs)} generations")
-    return outs, r.stderr
+    return outs, err
 
 
 def bits(stderr):

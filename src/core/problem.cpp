@@ -74,8 +74,8 @@ Status validate(const AttentionProblem& p) {
   if (p.page_size < 0)
     return range_error("page_size", std::to_string(p.page_size),
                        "0 (contiguous) or a positive number of tokens per page");
-  for (const auto& [field, value, type] : {std::tuple{"k_scale", p.k_scale, p.k_type},
-                                           std::tuple{"v_scale", p.v_scale, p.v_type}}) {
+  for (const auto& [field, value, type] :
+       {std::tuple{"k_scale", p.k_scale, p.k_type}, std::tuple{"v_scale", p.v_scale, p.v_type}}) {
     if (is_fp8(type) && !(std::isfinite(value) && value > 0.0f))
       return range_error(field, fmt::format("{}", value), "a finite positive number");
     if (!is_fp8(type) && value != 1.0f)

@@ -34,20 +34,21 @@ uint8_t fp8_magnitude(float a) {
   return static_cast<uint8_t>(((e + Bias) << M) | (q - (1 << M)));
 }
 
-inline uint8_t fp32_to_fp8_e4m3_inline(float f) {
+// Round to nearest even, saturating: NaN keeps its sign and becomes NanCode; |f| at or past the
+// largest finite value (inf included) becomes MaxCode.
+template <int M, int Bias, uint8_t MaxCode, uint8_t NanCode>
+uint8_t fp32_to_fp8(float f, float max) {
   const uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
-  if (std::isnan(f)) return sign | 0x7F;
+  if (std::isnan(f)) return sign | NanCode;
   const float a = std::fabs(f);
-  if (a >= kFp8E4m3Max) return sign | 0x7E;  // 448, and everything past it (inf included)
-  return sign | fp8_magnitude<3, 7>(a);
+  if (a >= max) return sign | MaxCode;
+  return sign | fp8_magnitude<M, Bias>(a);
 }
-
+inline uint8_t fp32_to_fp8_e4m3_inline(float f) {
+  return fp32_to_fp8<3, 7, 0x7E, 0x7F>(f, kFp8E4m3Max);  // 448 = 0x7E
+}
 inline uint8_t fp32_to_fp8_e5m2_inline(float f) {
-  const uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
-  if (std::isnan(f)) return sign | 0x7E;
-  const float a = std::fabs(f);
-  if (a >= kFp8E5m2Max) return sign | 0x7B;  // 57344, and everything past it (inf included)
-  return sign | fp8_magnitude<2, 15>(a);
+  return fp32_to_fp8<2, 15, 0x7B, 0x7E>(f, kFp8E5m2Max);  // 57344 = 0x7B
 }
 
 // E4M3 as the fp16 with the same sign, exponent and mantissa bits shifted into place (bias 15

@@ -76,8 +76,8 @@ TEST(CudaDecodePairs, TheGuardAcceptsExactlyThisBuildsPairs) {
     for (KvType v : kAllKvTypes) {
       SCOPED_TRACE(std::string(to_string(k)) + "/" + std::string(to_string(v)));
       const std::optional<std::string> why = reject_pair_not_built(problem(k, v));
-      EXPECT_EQ(!why.has_value(), all_pairs_built() ? type_on_cuda(k) && type_on_cuda(v)
-                                                     : want.count({k, v}) == 1);
+      EXPECT_EQ(!why.has_value(),
+                all_pairs_built() ? type_on_cuda(k) && type_on_cuda(v) : want.count({k, v}) == 1);
       if (why && type_on_cuda(k) && type_on_cuda(v)) {
         EXPECT_THAT(*why, HasSubstr("-DKVFLASH_CUDA_ALL_PAIRS=ON"));
       }

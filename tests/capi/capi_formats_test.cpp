@@ -25,9 +25,9 @@ using kvflash::capi_test::last_error;
 TEST(CapiTypes, NamesRoundTrip) {
   const char* names[] = {"f32",    "f16",    "bf16",   "q8_0",     "q4_0",
                          "turbo2", "turbo3", "turbo4", "fp8_e4m3", "fp8_e5m2"};
-  const kvflash_type types[] = {KVFLASH_TYPE_F32,      KVFLASH_TYPE_F16,     KVFLASH_TYPE_BF16,
-                                KVFLASH_TYPE_Q8_0,     KVFLASH_TYPE_Q4_0,    KVFLASH_TYPE_TURBO2,
-                                KVFLASH_TYPE_TURBO3,   KVFLASH_TYPE_TURBO4,  KVFLASH_TYPE_FP8_E4M3,
+  const kvflash_type types[] = {KVFLASH_TYPE_F32,     KVFLASH_TYPE_F16,    KVFLASH_TYPE_BF16,
+                                KVFLASH_TYPE_Q8_0,    KVFLASH_TYPE_Q4_0,   KVFLASH_TYPE_TURBO2,
+                                KVFLASH_TYPE_TURBO3,  KVFLASH_TYPE_TURBO4, KVFLASH_TYPE_FP8_E4M3,
                                 KVFLASH_TYPE_FP8_E5M2};
   ASSERT_EQ(std::size(names), static_cast<size_t>(KVFLASH_TYPE_COUNT));
   for (size_t i = 0; i < std::size(names); ++i) {

@@ -66,14 +66,18 @@ TEST(Problem, RejectionsNameFieldValueAndAllowed) {
       {"softcap", [](AttentionProblem& p) { p.softcap = -2.0f; }, "softcap", "-2", "positive"},
       {"k_scale of a non-fp8 K", [](AttentionProblem& p) { p.k_scale = 2.0f; }, "k_scale", "2",
        "1 for f16"},
-      {"v_scale of fp8 V", [](AttentionProblem& p) {
+      {"v_scale of fp8 V",
+       [](AttentionProblem& p) {
          p.v_type = KvType::fp8_e4m3;
          p.v_scale = 0.0f;
-       }, "v_scale", "0", "finite positive"},
-      {"k_scale inf", [](AttentionProblem& p) {
+       },
+       "v_scale", "0", "finite positive"},
+      {"k_scale inf",
+       [](AttentionProblem& p) {
          p.k_type = KvType::fp8_e5m2;
          p.k_scale = std::numeric_limits<float>::infinity();
-       }, "k_scale", "inf", "finite positive"},
+       },
+       "k_scale", "inf", "finite positive"},
   };
   for (const Rejection& c : cases) {
     AttentionProblem p = base();

@@ -162,7 +162,8 @@ TEST(Formats, NamesRoundTrip) {
   EXPECT_FALSE(kv_type_from_name("q4_1").has_value());
   EXPECT_FALSE(kv_type_from_name("").has_value());
   EXPECT_FALSE(kv_type_from_name("F16").has_value());
-  EXPECT_EQ(kv_type_names(), "f32, f16, bf16, q8_0, q4_0, turbo2, turbo3, turbo4, fp8_e4m3, fp8_e5m2");
+  EXPECT_EQ(kv_type_names(),
+            "f32, f16, bf16, q8_0, q4_0, turbo2, turbo3, turbo4, fp8_e4m3, fp8_e5m2");
 }
 
 TEST(Formats, RowSizes) {

@@ -28,8 +28,8 @@ const std::vector<int32_t> kDecode = {7, 2, 33, 19, 4, 4, 28, 11};
 // Logits of the prompt in chunks of 4 and 7 (every token's), then of each decode token.
 std::vector<float> session_logits(LlamaSession& s) {
   std::vector<float> all;
-  const std::vector<std::vector<int32_t>> chunks = {
-      {kPrompt.begin(), kPrompt.begin() + 4}, {kPrompt.begin() + 4, kPrompt.end()}};
+  const std::vector<std::vector<int32_t>> chunks = {{kPrompt.begin(), kPrompt.begin() + 4},
+                                                    {kPrompt.begin() + 4, kPrompt.end()}};
   for (const std::vector<int32_t>& c : chunks) {
     Expected<std::vector<float>> l = s.forward(c, true);
     EXPECT_TRUE(l.ok()) << l.error().message;

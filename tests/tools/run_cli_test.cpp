@@ -1,8 +1,8 @@
 // kvflash-run's command line (issue 41), in-process: a byte-token model generates from a text
 // prompt in chunks with a quantized cache and reports tokens/s; the same tokens come with
-// --tokens and from a file (-f), and several prompts in one run (--prompts); --backend cuda against the CPU where a device exists; and the
-// errors: no model file, a text prompt for a model whose tokens are not bytes,
-// a context too small, a bad cache type.
+// --tokens and from a file (-f), and several prompts in one run (--prompts); --backend cuda against
+// the CPU where a device exists; and the errors: no model file, a text prompt for a model whose
+// tokens are not bytes, a context too small, a bad cache type.
 #include <gtest/gtest.h>
 
 #include <cstdio>

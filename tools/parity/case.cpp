@@ -37,7 +37,8 @@ std::string case_name(const ParityCase& c) {
   if (c.sinks) s += "_sinks";
   if (c.alibi) s += "_alibi";
   if (c.scale != 0.0f) s += fmt::format("_scale{:g}", c.scale);
-  if (c.k_scale != 1.0f || c.v_scale != 1.0f) s += fmt::format("_kvscale{:g}x{:g}", c.k_scale, c.v_scale);
+  if (c.k_scale != 1.0f || c.v_scale != 1.0f)
+    s += fmt::format("_kvscale{:g}x{:g}", c.k_scale, c.v_scale);
   if (c.layout != KvLayout::token_major) s += fmt::format("_{}", to_string(c.layout));
   if (c.page_size > 0) s += fmt::format("_paged{}", c.page_size);
   if (!c.q_lens.empty())

@@ -40,7 +40,7 @@ struct ParityCase {
   float softcap = 0.0f;
   bool sinks = false;
   bool alibi = false;
-  float scale = 0.0f;  // 0: 1/sqrt(head_dim.k)
+  float scale = 0.0f;                    // 0: 1/sqrt(head_dim.k)
   float k_scale = 1.0f, v_scale = 1.0f;  // fp8 K / V: the rows hold K / k_scale, V / v_scale
   KvLayout layout = KvLayout::token_major;
   // > 0: paged K and V (problem.page_size), pages of this many tokens in a pool with spare pages,

@@ -207,9 +207,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                       *ctx, capacity));
     capacity = *ctx;
   }
-  Expected<LlamaSession> session =
-      LlamaSession::create(*model, *ctk, *ctv, capacity, static_cast<int32_t>(*threads), *backend,
-                           a.graphs == "on");
+  Expected<LlamaSession> session = LlamaSession::create(
+      *model, *ctk, *ctv, capacity, static_cast<int32_t>(*threads), *backend, a.graphs == "on");
   if (!session)
     return session.error().code == ErrorCode::invalid_argument ? usage(session.error().message)
                                                                : failed(session.error().message);
@@ -286,10 +285,10 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
 #if defined(KVFLASH_RUN_CUDA)
   if (const DeviceForward* d = session->device()) {
     const GraphCounters& g = d->graph_counters();
-    err << fmt::format("cuda: weights {:.1f} MB on the device; decode steps: {} eager, {} "
-                       "captured, {} replayed from the graph\n",
-                       static_cast<double>(d->weight_bytes()) / 1e6, g.eager_runs, g.captures,
-                       g.replays);
+    err << fmt::format(
+        "cuda: weights {:.1f} MB on the device; decode steps: {} eager, {} "
+        "captured, {} replayed from the graph\n",
+        static_cast<double>(d->weight_bytes()) / 1e6, g.eager_runs, g.captures, g.replays);
   }
 #endif
   return 0;

@@ -77,11 +77,11 @@ struct DeviceForward::Impl {
   // y (n x w.rows) = x (n x w.cols) . w^T + beta y, row-major (cuBLAS's column-major y^T).
   Status matmul(const float* in, int64_t n, const DeviceWeight& w, float* y, float beta) const {
     const float alpha = 1.0f;
-    return check(cublasSgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows),
-                             static_cast<int>(n), static_cast<int>(w.cols), &alpha, w.data,
-                             static_cast<int>(w.cols), in, static_cast<int>(w.cols), &beta, y,
-                             static_cast<int>(w.rows)),
-                 "cublasSgemm");
+    return check(
+        cublasSgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows), static_cast<int>(n),
+                    static_cast<int>(w.cols), &alpha, w.data, static_cast<int>(w.cols), in,
+                    static_cast<int>(w.cols), &beta, y, static_cast<int>(w.rows)),
+        "cublasSgemm");
   }
 
   Status upload_weights();
@@ -100,9 +100,15 @@ Status DeviceForward::Impl::upload_weights() {
   for (size_t l = 0; l < layers.size(); ++l) {
     const LlamaLayer& L = m->layers[l];
     DeviceLayer& D = layers[l];
-    for (auto [d, w] : {std::pair{&D.attn_norm, &L.attn_norm}, {&D.wq, &L.wq}, {&D.wk, &L.wk},
-                        {&D.wv, &L.wv}, {&D.wo, &L.wo}, {&D.ffn_norm, &L.ffn_norm},
-                        {&D.w_gate, &L.w_gate}, {&D.w_up, &L.w_up}, {&D.w_down, &L.w_down}})
+    for (auto [d, w] : {std::pair{&D.attn_norm, &L.attn_norm},
+                        {&D.wq, &L.wq},
+                        {&D.wk, &L.wk},
+                        {&D.wv, &L.wv},
+                        {&D.wo, &L.wo},
+                        {&D.ffn_norm, &L.ffn_norm},
+                        {&D.w_gate, &L.w_gate},
+                        {&D.w_up, &L.w_up},
+                        {&D.w_down, &L.w_down}})
       items.emplace_back(d, w);
   }
   const auto padded = [](size_t b) { return (b + 255) / 256 * 256; };
@@ -131,17 +137,16 @@ Status DeviceForward::Impl::ensure_rows(int64_t n) {
   const auto f = static_cast<int64_t>(sizeof(float));
   const int64_t e = c.n_embd, qd = int64_t{c.n_head} * c.head_dim,
                 kvd = int64_t{c.n_head_kv} * c.head_dim;
-  const std::pair<gpu::DeviceBuffer*, int64_t> sizes[] = {
-      {&ids, n * int64_t{sizeof(int32_t)}},
-      {&x, n * e * f},
-      {&h, n * e * f},
-      {&q, n * qd * f},
-      {&k, n * kvd * f},
-      {&v, n * kvd * f},
-      {&o, n * qd * f},
-      {&g, n * c.n_ff * f},
-      {&u, n * c.n_ff * f},
-      {&rope, n * (c.head_dim / 2) * 2 * f}};
+  const std::pair<gpu::DeviceBuffer*, int64_t> sizes[] = {{&ids, n * int64_t{sizeof(int32_t)}},
+                                                          {&x, n * e * f},
+                                                          {&h, n * e * f},
+                                                          {&q, n * qd * f},
+                                                          {&k, n * kvd * f},
+                                                          {&v, n * kvd * f},
+                                                          {&o, n * qd * f},
+                                                          {&g, n * c.n_ff * f},
+                                                          {&u, n * c.n_ff * f},
+                                                          {&rope, n * (c.head_dim / 2) * 2 * f}};
   for (const auto& [buf, bytes] : sizes) {
     Expected<gpu::DeviceBuffer> b = gpu::DeviceBuffer::allocate(static_cast<size_t>(bytes));
     if (!b) return b.error();
@@ -202,14 +207,14 @@ Status DeviceForward::Impl::enqueue(int64_t n, bool all_logits) {
   auto* U = static_cast<float*>(u.data());
   auto* R = static_cast<float2*>(rope.data());
   if (Status st = cache.begin_step(n32, stream.handle()); !st) return st;
-  if (Status st = check(ops::embed_rows(static_cast<const int32_t*>(ids.data()), tok_embd.data, X,
-                                        n, e, s()),
-                        "embedding rows");
+  if (Status st = check(
+          ops::embed_rows(static_cast<const int32_t*>(ids.data()), tok_embd.data, X, n, e, s()),
+          "embedding rows");
       !st)
     return st;
-  if (Status st = check(ops::rope_table(cache.lengths(), n, c.head_dim, c.rope_base, c.rope_scale,
-                                        R, s()),
-                        "RoPE table");
+  if (Status st =
+          check(ops::rope_table(cache.lengths(), n, c.head_dim, c.rope_base, c.rope_scale, R, s()),
+                "RoPE table");
       !st)
     return st;
   for (size_t l = 0; l < layers.size(); ++l) {
@@ -235,9 +240,9 @@ Status DeviceForward::Impl::enqueue(int64_t n, bool all_logits) {
     if (!st) return st;
   }
   const int64_t first = all_logits ? 0 : n - 1;
-  if (Status st = check(ops::rms_norm_rows(X + first * e, output_norm.data, H, n - first, e,
-                                           c.rms_eps, s()),
-                        "RMSNorm");
+  if (Status st = check(
+          ops::rms_norm_rows(X + first * e, output_norm.data, H, n - first, e, c.rms_eps, s()),
+          "RMSNorm");
       !st)
     return st;
   return matmul(H, n - first, lm_head, static_cast<float*>(logits.data()), 0.0f);
@@ -286,8 +291,8 @@ Expected<std::vector<float>> DeviceForward::forward(const std::vector<int32_t>& 
   if (Status st = d.ensure_logit_rows(all_logits ? n : 1); !st) return st.error();
   for (size_t l = 0; l < d.layers.size(); ++l)
     if (Expected<const Plan*> pl = d.plan_for(n, l); !pl) return pl.error();
-  if (Status st = gpu::copy(d.ids.data(), ids.data(), ids.size() * sizeof(int32_t),
-                            d.stream.handle());
+  if (Status st =
+          gpu::copy(d.ids.data(), ids.data(), ids.size() * sizeof(int32_t), d.stream.handle());
       !st)
     return st.error();
   // A decode step through the graph runner: its signature is the attention problem of one

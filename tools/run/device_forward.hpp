@@ -32,8 +32,8 @@ class DeviceForward {
   // cache (capacity tokens, the layers' K/V types), a stream and a cuBLAS handle. graphs = false:
   // every step eager.
   static Expected<std::unique_ptr<DeviceForward>> create(const LlamaModel& m,
-                                                        std::vector<gpu::KvLayerTypes> layers,
-                                                        int64_t capacity, bool graphs);
+                                                         std::vector<gpu::KvLayerTypes> layers,
+                                                         int64_t capacity, bool graphs);
   ~DeviceForward();
   DeviceForward(const DeviceForward&) = delete;
   DeviceForward& operator=(const DeviceForward&) = delete;

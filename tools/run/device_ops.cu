@@ -81,7 +81,7 @@ cudaError_t rms_norm_rows(const float* x, const float* g, float* y, int64_t n, i
 cudaError_t rope_table(const int64_t* seq_len, int64_t n, int32_t head_dim, double base,
                        double scale, float2* cs, cudaStream_t stream) {
   rope_table_kernel<<<blocks_for(n * (head_dim / 2)), kThreads, 0, stream>>>(seq_len, n, head_dim,
-                                                                              base, scale, cs);
+                                                                             base, scale, cs);
   return cudaGetLastError();
 }
 

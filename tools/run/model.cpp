@@ -250,8 +250,7 @@ Expected<LlamaModel> load_llama(const GgufFile& f) {
 
 Expected<LlamaSession> LlamaSession::create(const LlamaModel& m, std::vector<KvType> k_types,
                                             std::vector<KvType> v_types, int64_t capacity,
-                                            int32_t n_threads, Backend backend,
-                                            bool cuda_graphs) {
+                                            int32_t n_threads, Backend backend, bool cuda_graphs) {
   const LlamaConfig& c = m.config;
   const auto per_layer = [&](std::vector<KvType>& t, const char* what) -> Status {
     if (t.size() == 1) t.assign(static_cast<size_t>(c.n_layer), t[0]);
@@ -395,8 +394,7 @@ Expected<std::vector<float>> LlamaSession::forward(const std::vector<int32_t>& i
     matmul(h.data(), n, L.wv, v.data());
     rope(q.data(), n, c.n_head, c.head_dim, rot);
     rope(k.data(), n, c.n_head_kv, c.head_dim, rot);
-    if (Status s = attend_host(l, n, q.data(), k.data(), v.data(), o.data()); !s)
-      return s.error();
+    if (Status s = attend_host(l, n, q.data(), k.data(), v.data(), o.data()); !s) return s.error();
     matmul(o.data(), n, L.wo, h.data());
     for (size_t i = 0; i < x.size(); ++i) x[i] += h[i];
 

@@ -41,9 +41,8 @@ std::optional<std::string> pair_not_built(KvType k, KvType v, bool all_pairs) {
   if (pair_built(k, v, all_pairs)) return std::nullopt;
   for (const auto& [field, t] : {std::pair{"k_type", k}, {"v_type", v}})
     if (!type_on_cuda(t))
-      return fmt::format(
-          "{} {} is not read by the CUDA kernels yet (the CPU backend serves it)", field,
-          to_string(t));
+      return fmt::format("{} {} is not read by the CUDA kernels yet (the CPU backend serves it)",
+                         field, to_string(t));
   return fmt::format(
       "k_type {} with v_type {} is not in this build's CUDA instances (the default set: {}); "
       "configure with -DKVFLASH_CUDA_ALL_PAIRS=ON to build all {} pairs",
