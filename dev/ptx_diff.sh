@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Whether a change alters the CUDA kernels at all, on the CPU machine (no GPU, no disassembler
-# needed): compiles every .cu of src/backends/cuda (instances included) to PTX for sm_90 in this
+# needed): compiles every .cu of src/backends/cuda (instances included) to PTX for sm_90a (the
+# build's arch: for sm_90 the wgmma and setmaxnreg code is compiled out) in this
 # tree and in REV (a commit, checked out into a temporary worktree), and prints, per file, "same"
 # or the number of differing PTX lines. Exit 0 when every file's PTX is identical up to virtual
 # register numbers. A pure move or rename of kernel code must print only "same" or "same
@@ -14,7 +15,7 @@ base=$(mktemp -d /tmp/ptx-base.XXXXXX)
 git worktree add --detach "$base" "$rev" > /dev/null 2>&1 || { echo "no worktree for $rev"; exit 2; }
 trap 'git worktree remove --force "$base"' EXIT
 ptx() {  # tree file out
-  /usr/local/cuda/bin/nvcc -O3 -DNDEBUG -arch=sm_90 --expt-relaxed-constexpr -std=c++20 \
+  /usr/local/cuda/bin/nvcc -O3 -DNDEBUG -arch=sm_90a --expt-relaxed-constexpr -std=c++20 \
     -I "$1/include" -I "$1/src" -ptx "$1/$2" -o "$3" 2> "$3.err"
 }
 status=0
