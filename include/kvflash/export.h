@@ -2,8 +2,9 @@
  * C++ declarations of the kvflash/ .hpp headers. The library is built with hidden visibility, so
  * everything else (the backends, the kernels, the statically linked fmt and cudart) stays inside
  * it. CMake defines KVFLASH_BUILDING while building the library and KVFLASH_SHARED for users of
- * the shared library (kvflash::kvflash, or pkg-config without --static); only Windows needs the
- * latter. Plain C, so that kvflash.h can include it. */
+ * the shared library through its package (kvflash::kvflash; pkg-config's flags serve both
+ * libraries and do not define it); only Windows needs the latter. Plain C, so that kvflash.h can
+ * include it. */
 #ifndef KVFLASH_EXPORT_H_
 #define KVFLASH_EXPORT_H_
 
