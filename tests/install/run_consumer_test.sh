@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # The installed tree, used as a user would: installs the current build (no rebuild) into a
 # temporary prefix, then builds and runs tests/install/consumer/ against it with
-# find_package(kvflash CONFIG) (C11 and C++17 on the C API, shared and static; C++20 on the C++
-# API), builds main.c by hand with pkg-config (shared, and static with --static), and configures
-# tests/install/subproject/ (add_subdirectory of the source tree: library targets only).
-#   run_consumer_test.sh SOURCE_DIR BUILD_DIR WORK_DIR C_COMPILER CXX_COMPILER [FLAGS [LINK_FLAGS]]
+# find_package(kvflash CONFIG) (its CUDA component as the build has it; C11 and C++17 on the C
+# API, shared and static; C++20 on the C++ API), builds main.c by hand with pkg-config (shared,
+# and static with --static), and configures tests/install/subproject/ (add_subdirectory of the
+# source tree: library targets only).
+#   run_consumer_test.sh SOURCE_DIR BUILD_DIR WORK_DIR C_COMPILER CXX_COMPILER [FLAGS [LINK_FLAGS
+#                        [HAS_CUDA]]]
 # FLAGS (one string) go to every compile and link, LINK_FLAGS to every link: the sanitizer flags
-# of a sanitizer build.
+# of a sanitizer build. HAS_CUDA (ON / OFF): whether the build has the CUDA backend, which the
+# package's CUDA component must say.
 set -euo pipefail
-src=$1 build=$2 work=$3 cc=$4 cxx=$5 flags=${6:-} link_flags=${7:-}
+src=$1 build=$2 work=$3 cc=$4 cxx=$5 flags=${6:-} link_flags=${7:-} has_cuda=${8:-}
 rm -rf "$work"
 mkdir -p "$work"
 prefix=$work/prefix
@@ -33,7 +36,8 @@ step "find_package(kvflash CONFIG) consumer"
 cmake -S "$src/tests/install/consumer" -B "$work/consumer" -G "Unix Makefiles" \
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_C_COMPILER="$cc" \
   -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
-  -DCMAKE_EXE_LINKER_FLAGS="$flags $link_flags" >"$work/consumer.log"
+  -DCMAKE_EXE_LINKER_FLAGS="$flags $link_flags" ${has_cuda:+-DKVFLASH_EXPECT_CUDA=$has_cuda} \
+  >"$work/consumer.log" || { cat "$work/consumer.log"; exit 1; }
 cmake --build "$work/consumer" -j 2 >>"$work/consumer.log" || { cat "$work/consumer.log"; exit 1; }
 for exe in c_shared c_static cxx17_shared cxx20_shared; do
   "$work/consumer/$exe"
