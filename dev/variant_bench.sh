@@ -13,6 +13,9 @@
 # src/backends/cuda/prefill/prefill_plan.cpp: compiled with its target's flags). Every other instance and the host code stay as BUILD has them (so a variant
 # from another tree is only meaningful where the two trees' host code and parameters agree).
 # Two files at a time (the machine's cores); ~20 s per decode file, ~60 s per prefill file.
+# VARIANT_TARGET=tests/test_gpu_attention relinks that binary of BUILD instead (a candidate's
+# GPU tests, for dev/prefill_ab_gpu.sh's DIR/test_gpu_attention.xz); several targets (space
+# separated) from one recompile need a % in OUT_XZ, replaced by each target's name.
 set -eu
 build=$(realpath "${1:?usage: dev/variant_bench.sh BUILD OUT_XZ \"NVCC FLAGS\" PAIR...}")
 out=$(realpath -m "${2:?out}")
@@ -21,8 +24,15 @@ shift 3
 [ $# -gt 0 ] || { echo "name at least one PAIR" >&2; exit 2; }
 root=$(cd "${VARIANT_ROOT:-$(dirname "$0")/..}" && pwd)
 cuda=$build/src/backends/cuda
-[ -f "$build/src/libkvflash.a" ] && [ -f "$build/tools/bench/CMakeFiles/kvflash-bench.dir/link.txt" ] ||
-  { echo "$build: no static libkvflash.a or kvflash-bench link line (build it first)" >&2; exit 1; }
+read -r -a targets <<< "${VARIANT_TARGET:-tools/bench/kvflash-bench}"
+[ ${#targets[@]} -eq 1 ] || [[ $out == *%* ]] || { echo "several targets: put a % in OUT_XZ" >&2; exit 2; }
+for target in "${targets[@]}"; do
+  if [ ! -f "$build/src/libkvflash.a" ] ||
+     [ ! -f "$build/$(dirname "$target")/CMakeFiles/$(basename "$target").dir/link.txt" ]; then
+    echo "$build: no static libkvflash.a or $target link line (build it first)" >&2
+    exit 1
+  fi
+done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cp "$build/src/libkvflash.a" "$tmp/"
@@ -61,10 +71,13 @@ for pair in "$@"; do
 done
 for p in "${pids[@]}"; do wait "$p"; done
 (cd "$tmp" && ar r libkvflash.a ./*.o)
-# kvflash-bench's link line with the archive replaced by the copy.
-link=$(sed "s# ../../src/libkvflash.a # $tmp/libkvflash.a #; s# -o kvflash-bench # -o $tmp/kvflash-bench #" \
-  "$build/tools/bench/CMakeFiles/kvflash-bench.dir/link.txt")
-(cd "$build/tools/bench" && eval "$link")
-mkdir -p "$(dirname "$out")"
-xz -T0 -6 -c "$tmp/kvflash-bench" > "$out"
-echo "$out: kvflash-bench of $build with $* recompiled ($flags)"
+# Each target's link line with the archive replaced by the copy.
+for target in "${targets[@]}"; do
+  tdir=$build/$(dirname "$target") tname=$(basename "$target") o=${out//%/$(basename "$target")}
+  link=$(sed -E "s# (\.\./)+src/libkvflash\.a # $tmp/libkvflash.a #; s# -o $tname # -o $tmp/$tname #" \
+    "$tdir/CMakeFiles/$tname.dir/link.txt")
+  (cd "$tdir" && eval "$link")
+  mkdir -p "$(dirname "$o")"
+  xz -T0 -6 -c "$tmp/$tname" > "$o"
+  echo "$o: $tname of $build with $* recompiled ($flags)"
+done
