@@ -29,7 +29,7 @@
 #                at the end of stdout
 #   bench_prefill.csv (+ .err)  kvflash-bench CUDA prefill (cuda.prefill): fresh prompts of 8K and
 #                32K tokens, chunks of 2048 queries onto 8K/32K/128K caches, 32/8 heads, head dims
-#                64/128/256, f16, bf16, q8_0, q4_0, turbo2/3/4 and q8_0/turbo4; TFLOP/s of the
+#                64/128/256, f16, bf16, q8_0, q4_0, turbo2/3/4, fp8 and q8_0/turbo4; TFLOP/s of the
 #                visible (query, key) pairs
 #   bench_sdpa_prefill.csv (+ .err)  SDPA (cuDNN, flash, efficient; f16, bf16) on the same shapes
 #                (scripts/bench_sdpa.py --prefill)
@@ -157,7 +157,8 @@ else
 # Issue 4's table: every type at 4K/32K/128K/1M (32/8, D 128, one token), then the mixed pair,
 # GQA 8, head dim 256 and 8 query tokens.
 {
-  $bench "${common[@]}" -ctk f16,bf16,q8_0,q4_0,turbo2,turbo3,turbo4 -d 4096,32768,131072,1048576
+  $bench "${common[@]}" -ctk f16,bf16,q8_0,q4_0,turbo2,turbo3,turbo4,fp8_e4m3,fp8_e5m2 \
+    -d 4096,32768,131072,1048576
   $bench "${common[@]}" -ctk q8_0 -ctv turbo4,q4_0 -d 4096,32768,131072 | tail -n +2
   $bench "${common[@]}" -ctk f16,q8_0,q4_0,turbo3 --heads 32/4 -d 32768,131072 | tail -n +2
   $bench "${common[@]}" -ctk f16,q8_0,q4_0,turbo3 --head-dim 256 -d 32768,131072 | tail -n +2
@@ -201,7 +202,8 @@ prefill_common=(--backend cuda -r 10 --warmup 2 --no-progress -o csv --heads 32/
 {
   header=1
   for shape in "-n 8192 -d 8192" "-n 32768 -d 32768" "-n 2048 -d 8192,32768,131072"; do
-    for types in "-ctk f16,bf16,q8_0,q4_0,turbo2,turbo3,turbo4" "-ctk q8_0 -ctv turbo4"; do
+    for types in "-ctk f16,bf16,q8_0,q4_0,turbo2,turbo3,turbo4,fp8_e4m3,fp8_e5m2" \
+      "-ctk q8_0 -ctv turbo4"; do
       # shellcheck disable=SC2086
       $bench "${prefill_common[@]}" $shape $types | tail -n +$((header ? 1 : 2))
       header=0

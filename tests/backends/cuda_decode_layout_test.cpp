@@ -87,6 +87,43 @@ TEST(CudaDecodeFormats, RowReadersMatchTheReferenceDecoder) {
     check_type<KvType::turbo2>(n);
     check_type<KvType::turbo3>(n);
     check_type<KvType::turbo4>(n);
+    check_type<KvType::fp8_e4m3>(n);
+    check_type<KvType::fp8_e5m2>(n);
+  }
+}
+
+// Every fp8 code: the kernels' reader (fp8_to_float) gives the library's value, and a pair of
+// codes through fp8x2_h2 (the fragment decoders' conversion) the f16 of each, NaN for NaN.
+TEST(CudaDecodeFormats, Fp8CodesConvertExactly) {
+  for (uint32_t a = 0; a < 256; ++a) {
+    const uint8_t c = static_cast<uint8_t>(a);
+    const float e4 = fp8_to_float<KvType::fp8_e4m3>(a), e5 = fp8_to_float<KvType::fp8_e5m2>(a);
+    if (std::isnan(fp8_e4m3_to_fp32(c))) {
+      EXPECT_TRUE(std::isnan(e4)) << a;
+    } else {
+      EXPECT_EQ(e4, fp8_e4m3_to_fp32(c)) << a;
+    }
+    if (std::isnan(fp8_e5m2_to_fp32(c))) {
+      EXPECT_TRUE(std::isnan(e5)) << a;
+    } else {
+      EXPECT_EQ(e5, fp8_e5m2_to_fp32(c)) << a;
+    }
+    for (uint32_t b = 0; b < 256; b += 17) {
+      const uint32_t h4 = fp8x2_h2<KvType::fp8_e4m3>(a | (b << 8) | 0xAB0000u);
+      const uint32_t h5 = fp8x2_h2<KvType::fp8_e5m2>(a | (b << 8) | 0xAB0000u);
+      const auto expect_half = [&](uint32_t half, float want, const char* what) {
+        const float got = half_to_float(static_cast<uint16_t>(half));
+        if (std::isnan(want)) {
+          EXPECT_TRUE(std::isnan(got)) << what << " " << a << " " << b;
+        } else {
+          EXPECT_EQ(got, want) << what << " " << a << " " << b;
+        }
+      };
+      expect_half(h4 & 0xffffu, e4, "e4m3 lo");
+      expect_half(h4 >> 16, fp8_to_float<KvType::fp8_e4m3>(b), "e4m3 hi");
+      expect_half(h5 & 0xffffu, e5, "e5m2 lo");
+      expect_half(h5 >> 16, fp8_to_float<KvType::fp8_e5m2>(b), "e5m2 hi");
+    }
   }
 }
 
@@ -164,6 +201,8 @@ void check_k_frags(int32_t n, std::mt19937& rng) {
       frag4 w;
       if constexpr (is_rotated(T))
         w = k_frag_turbo<T>(row, b, t, cb.lut);
+      else if constexpr (is_fp8(T))
+        w = k_frag_fp8<T>(row, b, t);
       else
         w = k_frag_quant<T>(row, b, t);
       const uint32_t regs[4] = {w.x, w.y, w.z, w.w};
@@ -210,7 +249,7 @@ void check_k_frags(int32_t n, std::mt19937& rng) {
 }
 
 // V: four rows (keys k0..k3) of each 128-dim slice; lane n's tile i holds {V[k0][d], V[k1][d]},
-// {V[k2][d], V[k3][d]} with d the slice's v_dim16 (q4_0, turbo) or 16n + i (q8_0).
+// {V[k2][d], V[k3][d]} with d the slice's v_dim16 (q4_0, turbo) or 16n + i (q8_0, fp8).
 template <KvType T>
 void check_v_frags(int32_t n, std::mt19937& rng) {
   const Codebooks<T> cb;
@@ -224,7 +263,8 @@ void check_v_frags(int32_t n, std::mt19937& rng) {
       int calls = 0;
       auto use = [&](int i, uint32_t b0, uint32_t b1) {
         ++calls;
-        const int d = 128 * slice + (T == KvType::q8_0 ? 16 * lane_n + i : v_dim16(T, lane_n, i));
+        const int d = 128 * slice +
+                      (T == KvType::q8_0 || is_fp8(T) ? 16 * lane_n + i : v_dim16(T, lane_n, i));
         const float got[4] = {half_lo(b0), half_hi(b0), half_lo(b1), half_hi(b1)};
         for (int k = 0; k < 4; ++k)
           expect_f16_of<T>(
@@ -237,6 +277,8 @@ void check_v_frags(int32_t n, std::mt19937& rng) {
       };
       if constexpr (T == KvType::q8_0)
         v_frags_q8_0_16(vrow, 128 * slice + 16 * lane_n, use);
+      else if constexpr (is_fp8(T))
+        v_frags_fp8_16<T>(vrow, 128 * slice + 16 * lane_n, use);
       else if constexpr (T == KvType::q4_0)
         v_frags_q4_0_16(vrow, lane_n, slice, use);
       else
@@ -285,6 +327,10 @@ TEST(CudaDecodeFormats, FragmentDecodersMatchTheRowReaders) {
       check_v_frags<KvType::turbo2>(n, rng);
       check_v_frags<KvType::turbo3>(n, rng);
       check_v_frags<KvType::turbo4>(n, rng);
+      check_k_frags<KvType::fp8_e4m3>(n, rng);
+      check_k_frags<KvType::fp8_e5m2>(n, rng);
+      check_v_frags<KvType::fp8_e4m3>(n, rng);
+      check_v_frags<KvType::fp8_e5m2>(n, rng);
     }
 }
 
@@ -481,9 +527,10 @@ TEST(CudaDecodePlan, EveryPointOfTheSpaceHasAConsistentLayout) {
             // the slices, one K/V type: K split too, the partial scores' exchange at the Q region's
             // end.
             const int32_t units = l.dkc / (is_rotated(kt) ? 128 : 32);
-            // (Kernels for K = V types other than f32: gen_instances.py's SPLIT.)
+            // (Kernels for the K = V types of decode_rules.hpp's kKSplitTypes: f32 and fp8 have
+            // none.)
             EXPECT_EQ(l.k_split, l.n_qtiles == 1 && l.n_dslices > 1 && units % l.n_dslices == 0 &&
-                                     kt == vt && kt != KvType::f32);
+                                     kt == vt && kt != KvType::f32 && !is_fp8(kt));
             EXPECT_EQ(l.k_share * (l.k_split ? l.n_dslices : 1), l.dkc / 32);
             if (l.k_split) {
               EXPECT_LE(l.n_dslices * l.n_kgroups, kWarps);  // [warp][2][32] float4 slots

@@ -1,5 +1,5 @@
 // Which (K, V) type pairs a build compiles CUDA kernels for (common/type_pairs.hpp), tested on
-// the CPU: the default set, all 64 pairs with KVFLASH_CUDA_ALL_PAIRS=ON, the guard of cuda.decode
+// the CPU: the default set, all 100 pairs with KVFLASH_CUDA_ALL_PAIRS=ON, the guard of cuda.decode
 // that refuses the others with a message naming the option, and (in a CUDA build) that the
 // candidate carries that guard.
 #include <fmt/format.h>
@@ -42,7 +42,7 @@ AttentionProblem problem(KvType k, KvType v) {
 
 TEST(CudaDecodePairs, TheDefaultSetIsEveryTypeWithItselfAndTheCommonMixedPairs) {
   const std::set<std::pair<KvType, KvType>> want = default_set();
-  EXPECT_EQ(want.size(), 15u);
+  EXPECT_EQ(want.size(), 17u);
   EXPECT_EQ(std::size(kDefaultPairs), want.size());
   for (KvType k : kAllKvTypes)
     for (KvType v : kAllKvTypes) {
@@ -52,20 +52,14 @@ TEST(CudaDecodePairs, TheDefaultSetIsEveryTypeWithItselfAndTheCommonMixedPairs) 
     }
 }
 
-// fp8 K or V: not read by the CUDA kernels yet (the CPU backend serves them), whatever the build
-// compiled, and the guard says so instead of naming the build option.
-TEST(CudaDecodePairs, TypesNotOnCudaAreRefusedByName) {
-  EXPECT_EQ(cuda_type_count(), 8);
-  for (KvType t : {KvType::fp8_e4m3, KvType::fp8_e5m2}) {
-    EXPECT_FALSE(type_on_cuda(t));
-    const std::optional<std::string> k = pair_not_built(t, KvType::f16, true);
-    ASSERT_TRUE(k.has_value());
-    EXPECT_EQ(*k, fmt::format("k_type {} is not read by the CUDA kernels yet (the CPU backend "
-                              "serves it)",
-                              to_string(t)));
-    const std::optional<std::string> v = pair_not_built(KvType::q8_0, t, false);
-    ASSERT_TRUE(v.has_value());
-    EXPECT_THAT(*v, HasSubstr(fmt::format("v_type {} is not read", to_string(t))));
+// Every KV type of the library has CUDA kernels (the fp8 types since issue 43): a type listed in
+// kTypesNotOnCuda would be refused by name, with no instance written for it.
+TEST(CudaDecodePairs, EveryTypeIsReadByTheCudaKernels) {
+  EXPECT_EQ(cuda_type_count(), static_cast<int>(kAllKvTypes.size()));
+  for (KvType t : kAllKvTypes) {
+    SCOPED_TRACE(std::string(to_string(t)));
+    EXPECT_TRUE(type_on_cuda(t));
+    EXPECT_TRUE(pair_built(t, t, false));
   }
 }
 
@@ -83,7 +77,7 @@ TEST(CudaDecodePairs, TheGuardAcceptsExactlyThisBuildsPairs) {
       }
       accepted += !why;
     }
-  EXPECT_EQ(accepted, all_pairs_built() ? 64 : 15);
+  EXPECT_EQ(accepted, all_pairs_built() ? 100 : 17);
 }
 
 TEST(CudaDecodePairs, TheMessageNamesThePairTheDefaultSetAndTheOption) {
@@ -92,8 +86,8 @@ TEST(CudaDecodePairs, TheMessageNamesThePairTheDefaultSetAndTheOption) {
   EXPECT_EQ(*why,
             "k_type q8_0 with v_type f16 is not in this build's CUDA instances (the default set: "
             "every type with itself, q8_0 K with q4_0/turbo2/turbo3/turbo4 V, q4_0 K with "
-            "turbo2/turbo3/turbo4 V); configure with -DKVFLASH_CUDA_ALL_PAIRS=ON to build all 64 "
-            "pairs");
+            "turbo2/turbo3/turbo4 V); configure with -DKVFLASH_CUDA_ALL_PAIRS=ON to build all "
+            "100 pairs");
   EXPECT_FALSE(pair_not_built(KvType::q8_0, KvType::f16, true).has_value());
   EXPECT_FALSE(pair_not_built(KvType::q8_0, KvType::turbo4, false).has_value());
 }
@@ -153,6 +147,34 @@ TEST(CudaDecodePairs, RaggedCallsAreCudaPrefillsAndBothFamiliesCarryThePairGuard
   ragged.ragged_q = false;
   EXPECT_TRUE(pre_q->reject(ragged).has_value());
   EXPECT_FALSE(dec_ragged->reject(ragged).has_value());
+}
+
+// cuda.prefill reads fp8 rows 32 dims at a time: its head_dim guard refuses fp8 K or V whose head
+// dim is off that grid (80, 112), naming the tensor and cuda.decode, and passes the others.
+TEST(CudaDecodePairs, PrefillRefusesFp8HeadDimsOffTheBlockGrid) {
+  const auto& all = kernel_candidates();
+  const auto pre = std::find_if(all.begin(), all.end(),
+                                [](const KernelCandidate& k) { return k.name == "cuda.prefill"; });
+  if (pre == all.end()) GTEST_SKIP() << "this build has no CUDA kernels";
+  const auto g = std::find_if(pre->guards.begin(), pre->guards.end(),
+                              [](const Guard& x) { return x.name == "head_dim"; });
+  ASSERT_NE(g, pre->guards.end());
+  for (const HeadDims d : SupportedSpace::head_dims) {
+    for (const auto& [k, v] :
+         {std::pair{KvType::fp8_e4m3, KvType::fp8_e4m3}, std::pair{KvType::f16, KvType::fp8_e5m2},
+          std::pair{KvType::q8_0, KvType::q8_0}}) {
+      AttentionProblem p = problem(k, v);
+      p.head_dim = d;
+      SCOPED_TRACE(describe(p));
+      const bool off = (is_fp8(k) && d.k % 32 != 0) || (is_fp8(v) && d.v % 32 != 0);
+      const std::optional<std::string> why = g->reject(p);
+      EXPECT_EQ(why.has_value(), off);
+      if (why) {
+        EXPECT_THAT(*why, HasSubstr("not a multiple of 32"));
+        EXPECT_THAT(*why, HasSubstr("cuda.decode"));
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // The CUDA decode kernels against the float64 reference on device buffers: q tokens 1, 2, 8; GQA
-// 4 and 8; head dims 64, 128, 256, 512, 576/512; f16, q8_0, q4_0, turbo3 and mixed q8_0/turbo; kv
+// 4 and 8; head dims 64, 128, 256, 512, 576/512; f16, q8_0, q4_0, turbo, fp8 (with k_scale and
+// v_scale away from 1) and mixed q8_0/turbo; kv
 // lengths 1 ... 70,000, a free batch slot (kv_len 0) and a sequence shorter than its queries.
 // Each case plans on the CUDA backend; a case no CUDA candidate accepts is skipped, saying why.
 #include <fmt/format.h>
@@ -81,6 +82,16 @@ std::vector<DecodeCase> decode_cases() {
       {6, 16, 4, d128, f16, f16, {70000}},
       {1, 8, 1, mla, f16, f16, {5000}},
       {2, 8, 1, mla, q8_0, q8_0, {1000}},
+      // fp8 (issue 43): both kinds, one and eight tokens, GQA 8, D 64 to 576/512, at depth
+      {1, 8, 2, d128, fp8_e4m3, fp8_e4m3, {5000}},
+      {1, 16, 2, d128, fp8_e5m2, fp8_e5m2, {70000}},
+      {1, 16, 2, d128, fp8_e4m3, fp8_e4m3, {70000}},
+      {8, 8, 2, d128, fp8_e5m2, fp8_e5m2, {5000}},
+      {8, 8, 2, d256, fp8_e4m3, fp8_e4m3, {5000}},
+      {1, 8, 2, d256, fp8_e5m2, fp8_e5m2, {5000}},
+      {2, 8, 2, d64, fp8_e4m3, fp8_e4m3, {100}},
+      {2, 8, 1, mla, fp8_e4m3, fp8_e4m3, {1000}},
+      {24, 8, 2, d128, fp8_e4m3, fp8_e4m3, {5000, 17}},
       // short chunks (9-32 tokens, forced: routing.hpp gives them to cuda.prefill): more query
       // rows than one row block holds at GQA
       // 4 (several row blocks of up to 8 M tiles), D 128 to 512, a batch whose second sequence
@@ -111,9 +122,9 @@ std::vector<DecodeCase> paged_cases() {
       {1, 8, 2, d128, q4_0, q4_0, {70000}},        {1, 16, 2, d128, q8_0, turbo3, {70000}},
       {8, 8, 2, d128, bf16, bf16, {4865}},         {1, 8, 2, d256, turbo3, turbo3, {5000}},
       {1, 8, 2, d64, q4_0, q4_0, {5000}},          {2, 16, 2, d128, turbo2, turbo2, {5000, 77}},
-      {1, 8, 2, d128, q4_0, turbo4, {3000, 0, 1}},
+      {1, 8, 2, d128, q4_0, turbo4, {3000, 0, 1}}, {1, 8, 2, d128, fp8_e4m3, fp8_e4m3, {70000}},
   };
-  const int32_t pages[] = {16, 64, 256, 7, 1, 16, 16, 32, 16};
+  const int32_t pages[] = {16, 64, 256, 7, 1, 16, 16, 32, 16, 16};
   for (size_t i = 0; i < out.size(); ++i) out[i].page_size = pages[i];
   return out;
 }
@@ -139,6 +150,10 @@ TEST_P(CudaDecode, MatchesTheFloat64Reference) {
   p.head_dim = c.head_dim;
   p.k_type = c.k_type;
   p.v_type = c.v_type;
+  // fp8 rows hold K / k_scale and V / v_scale: scales away from 1, so that a kernel that drops
+  // either is caught
+  if (is_fp8(c.k_type)) p.k_scale = 0.75f;
+  if (is_fp8(c.v_type)) p.v_scale = 2.5f;
   p.kv_capacity = std::max<int64_t>(1, *std::max_element(lens.begin(), lens.end()));
   AttentionProblem run_p = p;  // p: contiguous, the reference's layout
   run_p.page_size = c.page_size;

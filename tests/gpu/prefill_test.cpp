@@ -101,6 +101,8 @@ AttentionProblem to_problem(const PrefillCase& c, const std::vector<int64_t>& le
   p.head_dim = c.head_dim;
   p.k_type = c.k_type;
   p.v_type = c.v_type;
+  if (is_fp8(c.k_type)) p.k_scale = 0.75f;  // (fp8 rows hold K / k_scale, V / v_scale)
+  if (is_fp8(c.v_type)) p.v_scale = 2.5f;
   p.kv_capacity = *std::max_element(lens.begin(), lens.end());
   p.causal = c.causal;
   p.has_mask = c.mask;
@@ -191,7 +193,9 @@ std::vector<PrefillCase> head_dim_cases() {
   std::vector<PrefillCase> out;
   for (const HeadDims d : SupportedSpace::head_dims)
     for (const auto& [k, v] :
-         {std::pair{KvType::f16, KvType::f16}, std::pair{KvType::q8_0, KvType::turbo3}}) {
+         {std::pair{KvType::f16, KvType::f16}, std::pair{KvType::q8_0, KvType::turbo3},
+          std::pair{KvType::fp8_e5m2, KvType::fp8_e5m2}}) {
+      if (is_fp8(k) && (d.k % 32 != 0 || d.v % 32 != 0)) continue;  // (reject_head_dim)
       PrefillCase c;
       c.head_dim = d;
       c.k_type = k;
@@ -201,7 +205,9 @@ std::vector<PrefillCase> head_dim_cases() {
     }
   for (const HeadDims d : {HeadDims{512, 512}, HeadDims{576, 512}}) {
     for (const cuda::KvTypePair& pair : cuda::kDefaultPairs) {
-      if (pair.k == KvType::f16 || (pair.k == KvType::q8_0 && pair.v == KvType::turbo3)) continue;
+      if (pair.k == KvType::f16 || pair.k == KvType::fp8_e5m2 ||
+          (pair.k == KvType::q8_0 && pair.v == KvType::turbo3))
+        continue;
       PrefillCase c;
       c.head_dim = d;
       c.k_type = pair.k;
@@ -325,7 +331,7 @@ std::vector<PrefillCase> paged_cases() {
   for (const int32_t page : {16, 64})
     for (const auto& [k, v] :
          {std::pair{KvType::f16, KvType::f16}, std::pair{KvType::q4_0, KvType::q4_0},
-          std::pair{KvType::q8_0, KvType::turbo3}}) {
+          std::pair{KvType::q8_0, KvType::turbo3}, std::pair{KvType::fp8_e4m3, KvType::fp8_e4m3}}) {
       PrefillCase c;
       c.page_size = page;
       c.k_type = k;

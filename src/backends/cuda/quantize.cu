@@ -9,6 +9,7 @@
 // lane), the Walsh-Hadamard butterflies across lanes (each output is the host's a + b or a - b of
 // the same two inputs, so the order of stages is all that matters), codes per value, |c|^2 in the
 // host's eight lanes, the bit planes written lane by lane.
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -50,7 +51,7 @@ __device__ __forceinline__ uint16_t to_bf16_bits(float f) {
 constexpr float kFp16Max = 65504.0f;
 constexpr uint16_t kFp16MaxBits = 0x7BFFu;
 
-// ---- f32 / f16 / bf16 ----------------------------------------------------------------------
+// ---- f32 / f16 / bf16 / fp8 -----------------------------------------------------------------
 
 template <KvType T, typename Dst>
 __global__ void quantize_plain(const float* src, int64_t n_rows, int64_t n, Dst dst) {
@@ -64,6 +65,14 @@ __global__ void quantize_plain(const float* src, int64_t n_rows, int64_t n, Dst 
     reinterpret_cast<float*>(out)[col] = x;
   } else if constexpr (T == KvType::f16) {
     reinterpret_cast<uint16_t*>(out)[col] = to_fp16_bits(x);
+  } else if constexpr (is_fp8(T)) {
+    // formats.hpp's rule: round to nearest even, saturating (CUDA's satfinite conversion), NaN
+    // with its sign as the one code the row codecs write for it.
+    constexpr bool kE4m3 = T == KvType::fp8_e4m3;
+    const uint8_t sign = signbit(x) ? 0x80 : 0x00;
+    out[col] = isnan(x) ? static_cast<uint8_t>(sign | (kE4m3 ? 0x7F : 0x7E))
+                        : static_cast<uint8_t>(__nv_cvt_float_to_fp8(
+                              x, __NV_SATFINITE, kE4m3 ? __NV_E4M3 : __NV_E5M2));
   } else {
     reinterpret_cast<uint16_t*>(out)[col] = to_bf16_bits(x);
   }
@@ -376,10 +385,13 @@ Status launch_quantize(KvType t, const float* src, int64_t n_rows, int64_t n, Ds
       break;
     }
     case KvType::fp8_e4m3:
-    case KvType::fp8_e5m2:  // common/type_pairs.hpp: kTypesNotOnCuda
-      return Error{ErrorCode::unsupported, std::string(what) + ": " + std::string(to_string(t)) +
-                                               " is not read by the CUDA kernels yet (the CPU "
-                                               "backend serves it)"};
+      quantize_plain<KvType::fp8_e4m3>
+          <<<blocks_for(n_rows * n, 256), 256, 0, s>>>(src, n_rows, n, out);
+      break;
+    case KvType::fp8_e5m2:
+      quantize_plain<KvType::fp8_e5m2>
+          <<<blocks_for(n_rows * n, 256), 256, 0, s>>>(src, n_rows, n, out);
+      break;
   }
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
     return Error{ErrorCode::backend_error,

@@ -275,6 +275,62 @@ KVFLASH_HD uint32_t s8_word(int v0, int v1, int v2, int v3) {
          ((static_cast<uint32_t>(v2) & 0xffu) << 16) | ((static_cast<uint32_t>(v3) & 0xffu) << 24);
 }
 
+// Two fp8 codes (bytes 0 and 1 of x) as half2 (byte 0 the low half), exactly: through the
+// conversions Ada and Hopper have for them (cvt f16x2 from e4m3x2 / e5m2x2); elsewhere E5M2 as
+// the top byte of an fp16 (one PRMT) and E4M3 through fp8_to_float.
+template <KvType T>
+KVFLASH_HD uint32_t fp8x2_h2(uint32_t x) {
+  static_assert(is_fp8(T));
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint32_t r;
+  if constexpr (T == KvType::fp8_e4m3)
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(static_cast<uint16_t>(x)));
+  else
+    asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(r) : "h"(static_cast<uint16_t>(x)));
+  return r;
+#else
+  if constexpr (T == KvType::fp8_e5m2) {
+    return byte_perm(x, 0u, 0x1404u);  // [0, b0, 0, b1]
+  } else {
+#if defined(__CUDA_ARCH__)
+    return uint32_t{__half_as_ushort(__float2half_rn(fp8_to_float<T>(x & 0xffu)))} |
+           (uint32_t{__half_as_ushort(__float2half_rn(fp8_to_float<T>((x >> 8) & 0xffu)))} << 16);
+#else
+    return uint32_t{fp32_to_fp16(fp8_to_float<T>(x & 0xffu))} |
+           (uint32_t{fp32_to_fp16(fp8_to_float<T>((x >> 8) & 0xffu))} << 16);
+#endif
+  }
+#endif
+}
+
+// B fragments of fp8 K for 32-dim block b, thread t: the eight codes of dims 32b + 8t .. + 7 (the
+// float types' k_dim order; the rows sit 16-byte aligned, copy_mode's rule for float types).
+template <KvType T>
+KVFLASH_HD frag4 k_frag_fp8(const uint8_t* row, int b, int t) {
+  const uint32_t* p = reinterpret_cast<const uint32_t*>(row + 32 * b + 8 * t);
+  const uint32_t lo = p[0], hi = p[1];
+  return make_frag4(fp8x2_h2<T>(lo), fp8x2_h2<T>(lo >> 16), fp8x2_h2<T>(hi), fp8x2_h2<T>(hi >> 16));
+}
+
+// P.V B operands for 16 contiguous dims (d0, a multiple of 16) of four fp8 key rows, as
+// v_frags_q8_0_16: out[i] = {half2(V[k0][d0+i], V[k1][d0+i]), half2(V[k2][d0+i], V[k3][d0+i])}.
+template <KvType T, typename F>
+KVFLASH_HD void v_frags_fp8_16(const uint8_t* const (&vrow)[4], int d0, F&& use) {
+  // Four dims at a time (one 4-byte word of each row): the registers of 16 values, not 64.
+  KVFLASH_UNROLL
+  for (int m = 0; m < 4; ++m) {
+    uint32_t w[4];
+    KVFLASH_UNROLL
+    for (int kk = 0; kk < 4; ++kk) w[kk] = reinterpret_cast<const uint32_t*>(vrow[kk] + d0)[m];
+    KVFLASH_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      const uint32_t sel = ((4u + e) << 4) | e;  // [k0's byte e, k1's byte e]
+      use(4 * m + e, fp8x2_h2<T>(byte_perm(w[0], w[1], sel)),
+          fp8x2_h2<T>(byte_perm(w[2], w[3], sel)));
+    }
+  }
+}
+
 // P.V B operands for 16 contiguous dims (d0, 16-aligned within a 32-block) of four q8_0 key rows:
 // out[i] = {half2(V[k0][d0+i], V[k1][d0+i]), half2(V[k2][d0+i], V[k3][d0+i])}.
 template <typename F>

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 #include "kvflash/formats.hpp"
 #include "kvflash/state.hpp"  // KVFLASH_HD
@@ -64,6 +65,26 @@ KVFLASH_HD float bf16_to_float(uint16_t h) {
   __builtin_memcpy(&out, &bits, 4);
   return out;
 #endif
+}
+
+// One fp8 code as a float (formats.hpp: E4M3 "fn", whose one NaN code per sign has no fp16
+// twin, and E5M2, the top byte of an fp16); exact for every code.
+template <KvType T>
+KVFLASH_HD float fp8_to_float(uint32_t x) {
+  static_assert(is_fp8(T));
+  if constexpr (T == KvType::fp8_e5m2) {
+    return half_to_float(static_cast<uint16_t>((x & 0xffu) << 8));
+  } else {
+    // The fp16 with E4M3's bits shifted into place is the value over 2^8 (bias 15, not 7).
+    if ((x & 0x7fu) == 0x7fu) {
+#if defined(__CUDA_ARCH__)
+      return __int_as_float(0x7fc00000);
+#else
+      return std::numeric_limits<float>::quiet_NaN();
+#endif
+    }
+    return half_to_float(static_cast<uint16_t>(((x & 0x80u) << 8) | ((x & 0x7fu) << 7))) * 256.0f;
+  }
 }
 
 // Bytes of one turbo group (norm + planes).
@@ -126,6 +147,10 @@ KVFLASH_HD void k_values(const uint8_t* row, int b, int t, const float* lut, flo
 #else
     for (int j = 0; j < 8; ++j) x[j] = T == KvType::f16 ? half_to_float(p[j]) : bf16_to_float(p[j]);
 #endif
+  } else if constexpr (is_fp8(T)) {
+    const uint8_t* p = row + 32 * b + 8 * t;
+    KVFLASH_UNROLL
+    for (int j = 0; j < 8; ++j) x[j] = fp8_to_float<T>(p[j]);
   } else if constexpr (T == KvType::q8_0) {
     const uint8_t* blk = row + 34 * b;
     const float d = half_to_float(load_u16(blk));
@@ -185,6 +210,8 @@ KVFLASH_HD float v_value(const uint8_t* row, int d, const float* lut) {
     return half_to_float(reinterpret_cast<const uint16_t*>(row)[d]);
   } else if constexpr (T == KvType::bf16) {
     return bf16_to_float(reinterpret_cast<const uint16_t*>(row)[d]);
+  } else if constexpr (is_fp8(T)) {
+    return fp8_to_float<T>(row[d]);
   } else if constexpr (T == KvType::q8_0) {
     const uint8_t* blk = row + 34 * (d >> 5);
     return half_to_float(load_u16(blk)) *

@@ -3,6 +3,9 @@
 // candidate live in decode_host.cpp (plain C++).
 #include <cuda_runtime.h>
 
+#include <array>
+#include <utility>
+
 #include "backends/cuda/common/type_pairs.hpp"
 #include "backends/cuda/decode/decode_launch.cuh"
 #include "backends/cuda/decode/decode_merge.cuh"
@@ -45,10 +48,14 @@ void launch_merge(const DecodeParams& p, dim3 grid, int threads, size_t smem, cu
   else
     launch_programmatic(decode_merge_kernel<VT, kMergeWarps / 2>, p, grid, threads, smem, stream);
 }
-constexpr MergeLaunch kMerge[8] = {launch_merge<KvType::f32>,    launch_merge<KvType::f16>,
-                                   launch_merge<KvType::bf16>,   launch_merge<KvType::q8_0>,
-                                   launch_merge<KvType::q4_0>,   launch_merge<KvType::turbo2>,
-                                   launch_merge<KvType::turbo3>, launch_merge<KvType::turbo4>};
+// One merge per V type, indexed by KvType (kAllKvTypes is in KvType's order), so that a type
+// added to the library cannot index past the table.
+template <size_t... I>
+constexpr std::array<MergeLaunch, sizeof...(I)> merge_table(std::index_sequence<I...>) {
+  static_assert(((static_cast<size_t>(kAllKvTypes[I]) == I) && ...));
+  return {launch_merge<kAllKvTypes[I]>...};
+}
+constexpr auto kMerge = merge_table(std::make_index_sequence<kAllKvTypes.size()>{});
 }  // namespace
 
 MergeLaunch merge_launch(KvType v) {

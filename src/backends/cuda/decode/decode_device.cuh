@@ -86,6 +86,12 @@ __device__ __forceinline__ void v_operands(const uint8_t* const (&vrow)[4], int 
       done = true;
     }
   }
+  if constexpr (is_fp8(VT)) {
+    if (nt == 16) {
+      v_frags_fp8_16<VT>(vrow, dv0, use);
+      done = true;
+    }
+  }
   if constexpr (VT == KvType::q4_0) {
     if (nt == 16) {
       v_frags_q4_0_16(vrow, g, ds, use);
@@ -122,7 +128,9 @@ __device__ void finalize_row(const DecodeParams& p, float* o, float m, float l, 
   }
   const StateFinal f = state_final_exp2(m, l, p.has_sinks, p.has_sinks ? p.sinks[qhead] : 0.0f);
   float* out = p.out + out_row * p.dv;
-  for (int d = lane; d < p.dv; d += 32) out[d] = o[d] * f.scale;
+  // fp8 V: its rows hold V / v_scale (only there: the other instances keep their registers)
+  const float scale = is_fp8(VT) ? f.scale * p.v_scale : f.scale;
+  for (int d = lane; d < p.dv; d += 32) out[d] = o[d] * scale;
   if (p.lse != nullptr && lane == 0) p.lse[out_row] = f.lse;
 }
 

@@ -139,6 +139,7 @@ void problem_params(DecodeParams& d, const AttentionProblem& p, const DecodeLayo
   d.window = p.window;
   d.scale = p.effective_scale();
   d.softcap = p.softcap;
+  d.v_scale = p.v_scale;
   d.n_seqs = p.n_seqs;
   d.n_q_tokens = p.n_q_tokens;
   d.n_q_heads = p.n_q_heads;

@@ -106,6 +106,7 @@ struct DecodeParams {
   int32_t k_pass, v_pass;            // rows per pass of the tile copy: kThreads / units
   int64_t kv_capacity;  // a length outside 0 .. kv_capacity reads no key and gives NaN rows
   FastDiv div_page;     // page_size (paged tensors: copy_tile_paged, the paged TMA boxes)
+  float v_scale;        // AttentionProblem::v_scale: the output's factor (fp8 V; else 1)
 };
 
 }  // namespace kvflash::cuda::decode

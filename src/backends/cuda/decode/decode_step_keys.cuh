@@ -176,6 +176,8 @@ __device__ __forceinline__ void keys_as_m_step(const DecodeParams& p, RunState<1
         if constexpr (KT == KvType::f16 || KT == KvType::bf16) {
           // Stored as the fragment wants it: one 16-byte load is both chunks' operands.
           w[n] = *reinterpret_cast<const uint4*>(krow[n] + 64 * b + 16 * t);
+        } else if constexpr (is_fp8(KT)) {
+          w[n] = k_frag_fp8<KT>(krow[n], b, t);
         } else {
           float x[8];
           k_values<KT>(krow[n], b, t, lut_k, x);

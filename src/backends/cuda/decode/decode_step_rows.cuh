@@ -94,6 +94,7 @@ __device__ __forceinline__ void rows_as_m_step(const DecodeParams& p, RunState<2
           mma16816<kBfK>(sc[n], a0, w.x, w.y);
           mma16816<kBfK>(sc[n], a1, w.z, w.w);
         } else if constexpr (!is_rotated(KT)) {
+          // (f32, and fp8: k_frag_fp8 here spilled the e5m2 two-n-tile kernel at 128 registers)
           float x[8];
           k_values<KT>(krow[n], b, t, lut_k, x);
           mma16816<kBfK>(sc[n], a0, pack2<kBfK>(x[0], x[1]), pack2<kBfK>(x[2], x[3]));

@@ -37,7 +37,7 @@ def kv_types():
 def types_not_on_cuda():
     """common/type_pairs.hpp's kTypesNotOnCuda: types with no CUDA instance (null table entries)."""
     text = open(os.path.join(HERE, "..", "common", "type_pairs.hpp")).read()
-    m = re.search(r"kTypesNotOnCuda\[\] = \{(.*?)\};", text, re.S)
+    m = re.search(r"kTypesNotOnCuda\{(.*?)\};", text, re.S)
     if not m:
         sys.exit("gen_instances.py: kTypesNotOnCuda not found in common/type_pairs.hpp")
     return re.findall(r"KvType::(\w+)", m.group(1))

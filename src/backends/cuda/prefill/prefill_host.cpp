@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "backends/cuda/common/device_info.hpp"
@@ -44,6 +45,16 @@ std::optional<std::string> reject_q_tokens(const AttentionProblem& p) {
 }
 
 std::optional<std::string> reject_head_dim(const AttentionProblem& p) {
+  // fp8 rows are decoded as the quantized types' are, 32 dims at a time, and hold exactly their
+  // dims (no block padding): a head dim off that grid would read past its rows (an H100 run at
+  // head dim 80 wrote past its decoded tile).
+  for (const auto& [what, t, d] :
+       {std::tuple{"k", p.k_type, p.head_dim.k}, std::tuple{"v", p.v_type, p.head_dim.v}})
+    if (is_fp8(t) && d % 32 != 0)
+      return fmt::format(
+          "{} head dim {} of type {} is not a multiple of 32 (cuda.prefill reads "
+          "fp8 rows 32 dims at a time; cuda.decode serves up to 32 query tokens)",
+          what, d, to_string(t));
   const PrefillLayout l = prefill_layout(p);
   const int32_t max_dk = qk_dims(p.k_type, kWideBucket);
   if (l.dkc <= max_dk && l.dvc <= kWideBucket) return std::nullopt;
@@ -118,6 +129,7 @@ void problem_params(PrefillParams& d, const AttentionProblem& p, const PrefillLa
   d.scale = p.effective_scale();
   d.scale_log2 = d.scale * kStateLog2e;
   d.softcap = p.softcap;
+  d.v_scale = p.v_scale;
   d.causal = p.causal;
   d.has_mask = p.has_mask;
   d.has_sinks = p.has_sinks;

@@ -82,7 +82,8 @@ __global__ void __launch_bounds__(kThreads)
   const StateFinal fin = state_final_exp2(m_max, l, p.has_sinks, p.has_sinks ? p.sinks[qh] : 0.0f);
   const int64_t out_row = (sq.row0 + tok) * p.n_q_heads + qh;
   float* dst = p.out + out_row * p.dv;
-  for (int d = lane; d < p.dv; d += 32) dst[d] = row[d] * fin.scale;
+  const float scale = fin.scale * p.v_scale;  // (fp8 V: its rows hold V / v_scale)
+  for (int d = lane; d < p.dv; d += 32) dst[d] = row[d] * scale;
   if (lane == 0 && p.lse != nullptr) p.lse[out_row] = fin.lse;
 }
 

@@ -48,6 +48,7 @@ struct alignas(64) PrefillParams {  // (the tensor maps: 64-byte aligned)
   int32_t q_off, k_stage_off, v_stage_off, stage_bytes, k_lead_off, v_lead_off, k_dec_off,
       v_dec_off, scratch_off, out_stride;
   float scale, scale_log2, softcap;
+  float v_scale;  // AttentionProblem::v_scale: the output's factor (fp8 V; else 1)
   uint8_t causal, has_mask, has_sinks, has_alibi, q_vec4;
   FastDiv div_group;
   FastDiv k_div_items, v_div_items;  // decoded tiles: work items (32-dim block, thread) per row

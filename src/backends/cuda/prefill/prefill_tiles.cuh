@@ -131,6 +131,8 @@ __device__ __forceinline__ frag4 item_frag(const uint8_t* src, int b, int t,
       f = k_frag_turbo<T>(src, b, t, tlut);
       const uint32_t n = turbo_norm<T>(src, b >> 2), n2 = n | (n << 16);
       f = make_frag4(h2_mul(f.x, n2), h2_mul(f.y, n2), h2_mul(f.z, n2), h2_mul(f.w, n2));
+    } else if constexpr (is_fp8(T)) {
+      f = k_frag_fp8<T>(src, b, t);
     } else {
       f = k_frag_quant<T>(src, b, t);
     }
@@ -685,12 +687,14 @@ __device__ __forceinline__ void write_rows(const PrefillParams& p, const Prefill
       const StateFinal fin = partial ? StateFinal{1.0f, 0.0f}
                                      : state_final_exp2(st.m[m][r] / kStateLog2e, lr, p.has_sinks,
                                                         p.has_sinks && valid ? p.sinks[qh] : 0.0f);
+      // (fp8 V: its rows hold V / v_scale; a partial state is scaled where it is merged)
+      const float out_scale = partial ? 1.0f : is_fp8(VT) ? fin.scale * p.v_scale : fin.scale;
       float* orow = so + (16 * m + g + 8 * r) * p.out_stride + d0;
 #pragma unroll
       for (int d = 0; d < kVt; ++d) {
         if (d0 + 8 * d < p.dvc)
           *reinterpret_cast<float2*>(orow + 8 * d + 2 * t) =
-              make_float2(st.o[m][d][2 * r] * fin.scale, st.o[m][d][2 * r + 1] * fin.scale);
+              make_float2(st.o[m][d][2 * r] * out_scale, st.o[m][d][2 * r + 1] * out_scale);
       }
       if (t == 0 && valid && (!kWide || tid < 128)) {
         if (partial) {

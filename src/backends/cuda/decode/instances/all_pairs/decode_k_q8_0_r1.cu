@@ -20,5 +20,9 @@ template cudaError_t prepare_decode<KvType::q8_0, KvType::turbo3, 1, false>(size
 template void launch_decode<KvType::q8_0, KvType::turbo3, 1, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
 template cudaError_t prepare_decode<KvType::q8_0, KvType::turbo4, 1, false>(size_t, int*);
 template void launch_decode<KvType::q8_0, KvType::turbo4, 1, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_decode<KvType::q8_0, KvType::fp8_e4m3, 1, false>(size_t, int*);
+template void launch_decode<KvType::q8_0, KvType::fp8_e4m3, 1, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_decode<KvType::q8_0, KvType::fp8_e5m2, 1, false>(size_t, int*);
+template void launch_decode<KvType::q8_0, KvType::fp8_e5m2, 1, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
 }  // namespace kvflash::cuda::decode
 // clang-format on

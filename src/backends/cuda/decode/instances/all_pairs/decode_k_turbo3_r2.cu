@@ -20,5 +20,9 @@ template cudaError_t prepare_decode<KvType::turbo3, KvType::turbo3, 2, false>(si
 template void launch_decode<KvType::turbo3, KvType::turbo3, 2, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
 template cudaError_t prepare_decode<KvType::turbo3, KvType::turbo4, 2, false>(size_t, int*);
 template void launch_decode<KvType::turbo3, KvType::turbo4, 2, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_decode<KvType::turbo3, KvType::fp8_e4m3, 2, false>(size_t, int*);
+template void launch_decode<KvType::turbo3, KvType::fp8_e4m3, 2, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_decode<KvType::turbo3, KvType::fp8_e5m2, 2, false>(size_t, int*);
+template void launch_decode<KvType::turbo3, KvType::fp8_e5m2, 2, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
 }  // namespace kvflash::cuda::decode
 // clang-format on

@@ -52,5 +52,17 @@ template cudaError_t prepare_prefill<KvType::q8_0, KvType::turbo4, 256>(size_t);
 template void launch_prefill<KvType::q8_0, KvType::turbo4, 256>(const PrefillParams&, dim3, size_t, cudaStream_t);
 template cudaError_t prepare_prefill<KvType::q8_0, KvType::turbo4, 512>(size_t);
 template void launch_prefill<KvType::q8_0, KvType::turbo4, 512>(const PrefillParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_prefill<KvType::q8_0, KvType::fp8_e4m3, 128>(size_t);
+template void launch_prefill<KvType::q8_0, KvType::fp8_e4m3, 128>(const PrefillParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_prefill<KvType::q8_0, KvType::fp8_e4m3, 256>(size_t);
+template void launch_prefill<KvType::q8_0, KvType::fp8_e4m3, 256>(const PrefillParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_prefill<KvType::q8_0, KvType::fp8_e4m3, 512>(size_t);
+template void launch_prefill<KvType::q8_0, KvType::fp8_e4m3, 512>(const PrefillParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_prefill<KvType::q8_0, KvType::fp8_e5m2, 128>(size_t);
+template void launch_prefill<KvType::q8_0, KvType::fp8_e5m2, 128>(const PrefillParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_prefill<KvType::q8_0, KvType::fp8_e5m2, 256>(size_t);
+template void launch_prefill<KvType::q8_0, KvType::fp8_e5m2, 256>(const PrefillParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_prefill<KvType::q8_0, KvType::fp8_e5m2, 512>(size_t);
+template void launch_prefill<KvType::q8_0, KvType::fp8_e5m2, 512>(const PrefillParams&, dim3, size_t, cudaStream_t);
 }  // namespace kvflash::cuda::prefill
 // clang-format on
