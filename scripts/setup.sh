@@ -6,9 +6,12 @@ set -euo pipefail
 # clang: the "asan" preset (scripts/test.sh --asan) builds with it; pkg-config: the install test;
 # libopenblas-dev: kvflash-run's matrix products (tools/run); python3-dev, pybind11-dev,
 # python3-numpy, python3-pytest: the Python package and its tests (python/; python3-torch, large,
-# is optional: the tests that need it skip without it).
+# is optional: the tests that need it skip without it); python3-pip, python3-venv,
+# python3-setuptools, python3-wheel: `pip install --no-build-isolation .` of the package
+# (docs/python.md), which builds with the interpreter's own setuptools and wheel.
 packages=(cmake g++ make clang pkg-config libgtest-dev libgmock-dev libfmt-dev nlohmann-json3-dev
-          libcli11-dev libopenblas-dev python3-dev pybind11-dev python3-numpy python3-pytest)
+          libcli11-dev libopenblas-dev python3-dev pybind11-dev python3-numpy python3-pytest
+          python3-pip python3-venv python3-setuptools python3-wheel)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
