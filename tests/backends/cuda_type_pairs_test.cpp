@@ -33,6 +33,20 @@ std::set<std::pair<KvType, KvType>> default_set() {
   return s;
 }
 
+// A registered candidate (null where this build has none) and one of its guards (null where it
+// has no such guard), looked up by name; the guards are called directly, without a device.
+const KernelCandidate* candidate(const std::string& name) {
+  const auto& all = kernel_candidates();
+  const auto c = std::find_if(all.begin(), all.end(),
+                              [&](const KernelCandidate& k) { return k.name == name; });
+  return c == all.end() ? nullptr : &*c;
+}
+const Guard* guard(const KernelCandidate& c, const std::string& name) {
+  for (const Guard& g : c.guards)
+    if (g.name == name) return &g;
+  return nullptr;
+}
+
 AttentionProblem problem(KvType k, KvType v) {
   AttentionProblem p;
   p.k_type = k;
@@ -95,13 +109,10 @@ TEST(CudaDecodePairs, TheMessageNamesThePairTheDefaultSetAndTheOption) {
 // The guard is registered: cuda.decode carries it under the name "kv_types" (its reason is what
 // select_kernel reports for the candidate). Checked without a device: the guard is called directly.
 TEST(CudaDecodePairs, TheCudaDecodeCandidateCarriesTheGuard) {
-  const auto& all = kernel_candidates();
-  const auto c = std::find_if(all.begin(), all.end(),
-                              [](const KernelCandidate& k) { return k.name == "cuda.decode"; });
-  if (c == all.end()) GTEST_SKIP() << "this build has no CUDA kernels";
-  const auto g = std::find_if(c->guards.begin(), c->guards.end(),
-                              [](const Guard& x) { return x.name == "kv_types"; });
-  ASSERT_NE(g, c->guards.end());
+  const KernelCandidate* c = candidate("cuda.decode");
+  if (c == nullptr) GTEST_SKIP() << "this build has no CUDA kernels";
+  const Guard* g = guard(*c, "kv_types");
+  ASSERT_NE(g, nullptr);
   for (KvType k : kAllKvTypes)
     for (KvType v : kAllKvTypes) {
       SCOPED_TRACE(std::string(to_string(k)) + "/" + std::string(to_string(v)));
@@ -114,20 +125,10 @@ TEST(CudaDecodePairs, TheCudaDecodeCandidateCarriesTheGuard) {
 // cuda.prefill's "prefill_q_tokens" lets a ragged problem of at most 8 queries per sequence
 // through. Guards called directly, without a device.
 TEST(CudaDecodePairs, RaggedCallsAreCudaPrefillsAndBothFamiliesCarryThePairGuard) {
-  const auto& all = kernel_candidates();
-  const auto find = [&](const std::string& name) {
-    return std::find_if(all.begin(), all.end(),
-                        [&](const KernelCandidate& k) { return k.name == name; });
-  };
-  const auto dec = find("cuda.decode"), pre = find("cuda.prefill");
-  if (dec == all.end()) GTEST_SKIP() << "this build has no CUDA kernels";
-  ASSERT_NE(pre, all.end());
-  const auto guard = [](const KernelCandidate& c, const std::string& name) -> const Guard* {
-    for (const Guard& g : c.guards)
-      if (g.name == name) return &g;
-    return nullptr;
-  };
-  for (const KernelCandidate* c : {&*dec, &*pre}) {
+  const KernelCandidate *dec = candidate("cuda.decode"), *pre = candidate("cuda.prefill");
+  if (dec == nullptr) GTEST_SKIP() << "this build has no CUDA kernels";
+  ASSERT_NE(pre, nullptr);
+  for (const KernelCandidate* c : {dec, pre}) {
     const Guard* g = guard(*c, "kv_types");
     ASSERT_NE(g, nullptr) << c->name;
     EXPECT_EQ(g->reject(problem(KvType::q8_0, KvType::f16)),
@@ -152,13 +153,10 @@ TEST(CudaDecodePairs, RaggedCallsAreCudaPrefillsAndBothFamiliesCarryThePairGuard
 // cuda.prefill reads fp8 rows 32 dims at a time: its head_dim guard refuses fp8 K or V whose head
 // dim is off that grid (80, 112), naming the tensor and cuda.decode, and passes the others.
 TEST(CudaDecodePairs, PrefillRefusesFp8HeadDimsOffTheBlockGrid) {
-  const auto& all = kernel_candidates();
-  const auto pre = std::find_if(all.begin(), all.end(),
-                                [](const KernelCandidate& k) { return k.name == "cuda.prefill"; });
-  if (pre == all.end()) GTEST_SKIP() << "this build has no CUDA kernels";
-  const auto g = std::find_if(pre->guards.begin(), pre->guards.end(),
-                              [](const Guard& x) { return x.name == "head_dim"; });
-  ASSERT_NE(g, pre->guards.end());
+  const KernelCandidate* pre = candidate("cuda.prefill");
+  if (pre == nullptr) GTEST_SKIP() << "this build has no CUDA kernels";
+  const Guard* g = guard(*pre, "head_dim");
+  ASSERT_NE(g, nullptr);
   for (const HeadDims d : SupportedSpace::head_dims) {
     for (const auto& [k, v] :
          {std::pair{KvType::fp8_e4m3, KvType::fp8_e4m3}, std::pair{KvType::f16, KvType::fp8_e5m2},

@@ -22,6 +22,7 @@
 
 #include "backends/cuda/common/routing.hpp"
 #include "backends/cuda/common/type_pairs.hpp"
+#include "backends/cuda/prefill/prefill_plan.hpp"
 #include "gpu_test_util.hpp"
 #include "kvflash/formats.hpp"
 
@@ -195,7 +196,8 @@ std::vector<PrefillCase> head_dim_cases() {
     for (const auto& [k, v] :
          {std::pair{KvType::f16, KvType::f16}, std::pair{KvType::q8_0, KvType::turbo3},
           std::pair{KvType::fp8_e5m2, KvType::fp8_e5m2}}) {
-      if (is_fp8(k) && (d.k % 32 != 0 || d.v % 32 != 0)) continue;  // (reject_head_dim)
+      if (!cuda::prefill::prefill_reads_dims(k, d.k) || !cuda::prefill::prefill_reads_dims(v, d.v))
+        continue;  // (reject_head_dim)
       PrefillCase c;
       c.head_dim = d;
       c.k_type = k;
@@ -586,7 +588,8 @@ TEST(CudaPrefillPlan, SelectionSplitsAtTheMeasuredCrossover) {
       any.k_type = pair.k;
       any.v_type = pair.v;
       any.n_kv_heads = 1;
-      if ((is_fp8(pair.k) && d.k % 32 != 0) || (is_fp8(pair.v) && d.v % 32 != 0)) {
+      if (!cuda::prefill::prefill_reads_dims(pair.k, d.k) ||
+          !cuda::prefill::prefill_reads_dims(pair.v, d.v)) {
         const Expected<Plan> refused = plan_cuda(any);
         ASSERT_FALSE(refused.ok()) << describe(any);
         EXPECT_NE(refused.error().message.find("not a multiple of 32"), std::string::npos)

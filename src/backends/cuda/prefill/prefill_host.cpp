@@ -45,12 +45,9 @@ std::optional<std::string> reject_q_tokens(const AttentionProblem& p) {
 }
 
 std::optional<std::string> reject_head_dim(const AttentionProblem& p) {
-  // fp8 rows are decoded as the quantized types' are, 32 dims at a time, and hold exactly their
-  // dims (no block padding): a head dim off that grid would read past its rows (an H100 run at
-  // head dim 80 wrote past its decoded tile).
   for (const auto& [what, t, d] :
        {std::tuple{"k", p.k_type, p.head_dim.k}, std::tuple{"v", p.v_type, p.head_dim.v}})
-    if (is_fp8(t) && d % 32 != 0)
+    if (!prefill_reads_dims(t, d))
       return fmt::format(
           "{} head dim {} of type {} is not a multiple of 32 (cuda.prefill reads "
           "fp8 rows 32 dims at a time; cuda.decode serves up to 32 query tokens)",
