@@ -38,8 +38,7 @@ TEST(GpuQuantize, EveryTypeAndHeadDimMatchesTheHostByteForByte) {
   gpu::Stream stream;
   KVFLASH_ASSIGN_OR_FAIL(stream, gpu::Stream::create());
   uint64_t seed = 1;
-  for (KvType t : {KvType::f32, KvType::f16, KvType::bf16, KvType::q8_0, KvType::q4_0,
-                   KvType::turbo2, KvType::turbo3, KvType::turbo4}) {
+  for (KvType t : kAllKvTypes) {  // (fp8: huge rows saturate, tiny ones reach its subnormals)
     for (int32_t n : dims) {
       SCOPED_TRACE(std::string(to_string(t)) + " n=" + std::to_string(n));
       const std::vector<float> x = rows_of(n_rows, n, seed++);
