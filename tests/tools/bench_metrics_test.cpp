@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <tuple>
 
 #include "bench/metrics.hpp"
 #include "bench/runner.hpp"
@@ -55,6 +56,7 @@ TEST(BenchMetrics, RaggedFlopsAndBytesPerSequence) {
   const RaggedBatch same{{4, 4, 4}, {100, 100, 100}};
   AttentionProblem r = u;
   apply_ragged(r, same);
+  EXPECT_FALSE(r.ragged_q);  // the same queries per sequence: a batch with its own lengths
   EXPECT_DOUBLE_EQ(attention_flops(r, same), attention_flops(u));
   EXPECT_DOUBLE_EQ(kv_bytes(r, same), kv_bytes(u));
   EXPECT_DOUBLE_EQ(attention_flops(u, RaggedBatch{}), attention_flops(u));
@@ -69,6 +71,33 @@ TEST(BenchMetrics, Issue39BatchIsSixteenSequencesOfOneTo4096QueriesOver1KTo32K) 
   EXPECT_EQ(*std::min_element(b.kv_lens.begin(), b.kv_lens.end()), 1024);
   EXPECT_EQ(*std::max_element(b.kv_lens.begin(), b.kv_lens.end()), 32768);
   for (size_t s = 0; s < 16; ++s) EXPECT_LE(b.q_lens[s], b.kv_lens[s]) << s;
+}
+
+// A server's decode step: one query per sequence, each over its own tokens; not ragged queries,
+// so it is timed and reported as decode (GB/s over each sequence's tokens).
+TEST(BenchMetrics, ServingBatchesAreDecodeStepsOverDrawnLengths) {
+  for (auto [n, lo, hi] : {std::tuple{64, 1024, 32768}, std::tuple{256, 1024, 4096}}) {
+    const RaggedBatch b = serving_batch(n, lo, hi);
+    ASSERT_EQ(b.q_lens.size(), size_t(n));
+    EXPECT_TRUE(b.same_queries());
+    EXPECT_EQ(std::count(b.q_lens.begin(), b.q_lens.end(), 1), n);
+    const auto [mn, mx] = std::minmax_element(b.kv_lens.begin(), b.kv_lens.end());
+    EXPECT_GE(*mn, lo);
+    EXPECT_LE(*mx, hi);
+    // Drawn, not one length: the spread covers most of the range.
+    EXPECT_GT(*mx - *mn, (hi - lo) / 2);
+    EXPECT_EQ(serving_batch(n, lo, hi).kv_lens, b.kv_lens);  // the same batch every time
+    AttentionProblem p;
+    apply_ragged(p, b);
+    EXPECT_FALSE(p.ragged_q);
+    EXPECT_TRUE(is_decode(p));
+    EXPECT_EQ(p.kv_capacity, *mx);
+    double tokens = 0;
+    for (int64_t len : b.kv_lens) tokens += double(len);
+    EXPECT_DOUBLE_EQ(kv_bytes(p, b), tokens * 8 * 512);  // 8 KV heads, f16 rows of 256 bytes
+  }
+  EXPECT_FALSE((RaggedBatch{{0, 0}, {5, 6}}.same_queries()));  // no queries: still ragged
+  EXPECT_FALSE((RaggedBatch{{1, 2}, {5, 6}}.same_queries()));
 }
 
 TEST(BenchMetrics, AttentionFlops) {

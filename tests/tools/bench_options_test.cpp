@@ -76,6 +76,9 @@ TEST(BenchOptions, RaggedBatchListOrPreset) {
   ASSERT_TRUE(r.options);
   EXPECT_EQ(r.options->ragged.q_lens, (std::vector<int32_t>{1, 0, 512}));
   EXPECT_EQ(r.options->ragged.kv_lens, (std::vector<int64_t>{4096, 10, 512}));
+  const ParseResult serving = parse({"--ragged", "serving256"});
+  ASSERT_TRUE(serving.options);
+  EXPECT_EQ(serving.options->ragged.kv_lens, serving_batch(256, 1024, 4096).kv_lens);
   const ParseResult preset = parse({"--ragged", "issue39"});
   ASSERT_TRUE(preset.options);
   EXPECT_EQ(preset.options->ragged.q_lens, issue39_batch().q_lens);

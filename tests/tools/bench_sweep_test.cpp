@@ -100,6 +100,23 @@ TEST(BenchSweep, RaggedBatchRunsAndCountsItsOwnFlops) {
               j[0]["flops"].get<double>() / (j[0]["us_median"].get<double>() * 1e-6) / 1e12, 1e-9);
 }
 
+// A batch whose sequences have the same queries (one each) and their own lengths is a batch of
+// decode steps: GB/s over each sequence's own tokens, not the longest one's.
+TEST(BenchSweep, BatchWithOwnLengthsIsDecode) {
+  const auto r = run_tool(quick({"--backend", "cpu", "-ctk", "q8_0", "--heads", "4/2", "-r", "2",
+                                 "--warmup", "0", "--ragged", "1:64,1:10,1:40", "--page-size", "16",
+                                 "-o", "json"}));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0]["test"], "decode paged 16, 3 lens");
+  EXPECT_EQ(j[0]["n_q"], 1);
+  EXPECT_EQ(j[0]["depth"], 64);
+  // 114 tokens of 2 KV heads, q8_0 K and V rows of 4 blocks of 34 bytes.
+  EXPECT_DOUBLE_EQ(j[0]["kv_bytes"].get<double>(), 114.0 * 2 * 2 * 136);
+  EXPECT_GT(j[0]["gbps"].get<double>(), 0);
+}
+
 TEST(BenchSweep, CsvReadsBack) {
   const auto r = run_tool(quick(with(kSweep, {"-o", "csv"})));
   ASSERT_EQ(r.rc, 0) << r.err;

@@ -172,7 +172,7 @@ int run_bench(int argc, char** argv, std::ostream& out, std::ostream& err) {
                   if (!o.ragged.empty()) apply_ragged(p, o.ragged);
                   const std::string label =
                       fmt::format("{}/{} {} D {} depth {} {}", to_string(kv.k), to_string(kv.v),
-                                  heads_name(p), dims_name(p), d, test_name(p));
+                                  heads_name(p), dims_name(p), d, test_name(p, o.ragged));
                   if (nq > d) {  // the queries are the last n_q of the depth's tokens
                     skipped.insert({nq, d});
                     progress.step(label);

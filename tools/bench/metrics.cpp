@@ -1,6 +1,7 @@
 #include "bench/metrics.hpp"
 
 #include <algorithm>
+#include <random>
 
 namespace kvflash::bench {
 
@@ -45,7 +46,12 @@ void apply_ragged(AttentionProblem& p, const RaggedBatch& b) {
   p.n_seqs = static_cast<int32_t>(b.q_lens.size());
   p.n_q_tokens = std::max(1, *std::max_element(b.q_lens.begin(), b.q_lens.end()));
   p.kv_capacity = std::max<int64_t>(1, *std::max_element(b.kv_lens.begin(), b.kv_lens.end()));
-  p.ragged_q = true;
+  p.ragged_q = !b.same_queries();
+}
+
+bool RaggedBatch::same_queries() const {
+  return !q_lens.empty() && q_lens[0] > 0 &&
+         std::all_of(q_lens.begin(), q_lens.end(), [&](int32_t q) { return q == q_lens[0]; });
 }
 
 double attention_flops(const AttentionProblem& p, const RaggedBatch& b) {
@@ -67,6 +73,18 @@ RaggedBatch issue39_batch() {
   return {{1, 1, 1, 1, 1, 1, 1, 1, 16, 64, 256, 512, 1024, 2048, 4096, 4096},
           {1024, 2048, 4096, 8192, 16384, 32768, 32768, 16384, 2048, 4096, 8192, 16384, 32768, 8192,
            4096, 32768}};
+}
+
+RaggedBatch serving_batch(int32_t n, int64_t lo, int64_t hi) {
+  // mt19937_64's output is fixed by the standard; uniform_int_distribution's is not, so the draw
+  // is a plain modulo (its bias is below 1e-14 for spans this small).
+  std::mt19937_64 rng(43);
+  RaggedBatch b;
+  for (int32_t s = 0; s < n; ++s) {
+    b.q_lens.push_back(1);
+    b.kv_lens.push_back(lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1)));
+  }
+  return b;
 }
 
 }  // namespace kvflash::bench

@@ -25,9 +25,13 @@ struct RaggedBatch {
   std::vector<int32_t> q_lens;
   std::vector<int64_t> kv_lens;
   bool empty() const { return q_lens.empty(); }
+  // Every sequence has the same number of queries, at least one: a batch of sequences with their
+  // own lengths (a server's decode step), not ragged queries.
+  bool same_queries() const;
 };
 // The problem of a ragged batch: n_seqs its size, n_q_tokens and kv_capacity its largest counts,
-// problem.ragged_q on.
+// problem.ragged_q on unless every sequence has the same queries (then the call is a batch
+// whose sequences have their own lengths: decode with one query each, as a server runs it).
 void apply_ragged(AttentionProblem& p, const RaggedBatch& b);
 // attention_flops and kv_bytes summed per sequence of the batch (its own queries and tokens).
 double attention_flops(const AttentionProblem& p, const RaggedBatch& b);
@@ -35,6 +39,10 @@ double kv_bytes(const AttentionProblem& p, const RaggedBatch& b);
 // Issue 39's ragged batch: 16 sequences, 8 decode tokens and 8 prefill chunks of 16-4096 queries,
 // caches of 1K-32K tokens (--ragged issue39).
 RaggedBatch issue39_batch();
+// Issue 43's serving batches, one query per sequence: n sequences of lengths drawn uniformly from
+// [lo, hi] (a fixed generator, the same batch on every machine): --ragged serving64 (64 of
+// 1K-32K) and serving256 (256 of 1K-4K).
+RaggedBatch serving_batch(int32_t n, int64_t lo, int64_t hi);
 
 // Bytes of the K and V caches of all sequences: n_seqs * kv_capacity * n_kv_heads *
 // (row_size(k) + row_size(v)). The least a call must read, so bytes / time is the effective

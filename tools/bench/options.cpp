@@ -116,7 +116,10 @@ ParseResult parse_options(int argc, const char* const* argv, std::ostream& out, 
   app.add_option("--ragged", ragged,
                  "one ragged batch instead of the -n/-d/-b sweep: QUERIES:TOKENS per sequence, "
                  "comma-separated (e.g. 1:32768,512:4096,0:100), or issue39 (16 sequences, 1-4096 "
-                 "queries, 1K-32K tokens); TFLOP/s over each sequence's visible pairs");
+                 "queries, 1K-32K tokens); TFLOP/s over each sequence's visible pairs. Every "
+                 "sequence with the same queries (serving64: 64 sequences of 1K-32K tokens, "
+                 "serving256: 256 of 1K-4K, one query each) is a batch of decode steps: GB/s over "
+                 "each sequence's own tokens");
   bool no_progress = false;
   app.add_flag("--no-progress", no_progress, "no progress line on stderr");
 
@@ -235,8 +238,10 @@ ParseResult parse_options(int argc, const char* const* argv, std::ostream& out, 
 
 Expected<RaggedBatch> parse_ragged(std::string_view flag, const std::string& text) {
   if (text == "issue39") return issue39_batch();
+  if (text == "serving64") return serving_batch(64, 1024, 32768);
+  if (text == "serving256") return serving_batch(256, 1024, 4096);
   constexpr std::string_view kAllowed =
-      "expected issue39 or QUERIES:TOKENS per sequence, comma-separated, 0 <= QUERIES <= TOKENS, "
+      "expected issue39, serving64, serving256 or QUERIES:TOKENS per sequence, comma-separated, 0 <= QUERIES <= TOKENS, "
       "1 <= TOKENS";
   RaggedBatch b;
   for (const std::string& item : tools::split(text, ',')) {

@@ -36,12 +36,13 @@ Row make_row(const AttentionProblem& p, const RaggedBatch& ragged, Timing t, dou
   return r;
 }
 
-std::string test_name(const AttentionProblem& p) {
+std::string test_name(const AttentionProblem& p, const RaggedBatch& ragged) {
   const std::string paged = p.page_size > 0 ? fmt::format(" paged {}", p.page_size) : "";
   if (p.ragged_q) return fmt::format("ragged {}{}", p.n_seqs, paged);
-  if (p.n_q_tokens == 1) return "decode" + paged;
-  if (is_decode(p)) return fmt::format("spec {}{}", p.n_q_tokens, paged);
-  return fmt::format("prefill {}{}", p.n_q_tokens, paged);
+  const std::string lens = ragged.empty() ? "" : fmt::format(", {} lens", p.n_seqs);
+  if (p.n_q_tokens == 1) return "decode" + paged + lens;
+  if (is_decode(p)) return fmt::format("spec {}{}{}", p.n_q_tokens, paged, lens);
+  return fmt::format("prefill {}{}{}", p.n_q_tokens, paged, lens);
 }
 
 std::string heads_name(const AttentionProblem& p) {
@@ -75,7 +76,7 @@ tools::Table machine_table(const std::vector<Row>& rows, const std::string& cpu,
                i(p.n_seqs),
                i(p.kv_capacity),
                i(p.n_q_tokens),
-               test_name(p),
+               test_name(p, r.ragged),
                i(r.timing.threads),
                i(r.timing.splits),
                i(r.timing.us.size()),
@@ -122,7 +123,7 @@ tools::Table people_table(const std::vector<Row>& rows, bool show_threads) {
         std::string(to_string(p.v_type)),         heads_name(p),   dims_name(p)};
     if (show_batch) c.push_back(int64_t{p.n_seqs});
     c.push_back(int64_t{p.kv_capacity});
-    c.push_back(test_name(p));
+    c.push_back(test_name(p, r.ragged));
     if (show_threads) c.push_back(int64_t{r.timing.threads});
     c.push_back(us_cell(r.timing));
     if (any_decode) c.push_back(dec ? Cell{r.gbps} : Cell{});
@@ -147,7 +148,7 @@ std::vector<Chart> make_charts(const std::vector<Row>& rows) {
         {"heads ", [](const Row& r) { return heads_name(r.problem); }},
         {"D ", [](const Row& r) { return dims_name(r.problem); }},
         {"batch ", [](const Row& r) { return std::to_string(r.problem.n_seqs); }},
-        {"", [](const Row& r) { return test_name(r.problem); }},
+        {"", [](const Row& r) { return test_name(r.problem, r.ragged); }},
         {"threads ", [](const Row& r) { return std::to_string(r.timing.threads); }},
         {"", [](const Row& r) { return std::string(to_string(r.timing.backend)); }}};
     std::string title = decode ? "KV bandwidth vs depth" : "prefill TFLOP/s vs depth";

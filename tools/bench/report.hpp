@@ -28,8 +28,9 @@ struct Row {
 Row make_row(const AttentionProblem& p, const RaggedBatch& ragged, Timing t, double mem_bw_gbps);
 
 // "decode", "spec 4", "prefill 512", "ragged 16" (sequences); paged caches add " paged N" (N
-// tokens per page).
-std::string test_name(const AttentionProblem& p);
+// tokens per page); a batch of sequences with their own lengths (the same queries each) adds
+// ", N lens" (its sequences).
+std::string test_name(const AttentionProblem& p, const RaggedBatch& ragged = {});
 // "32/8" and "128" or "576/512".
 std::string heads_name(const AttentionProblem& p);
 std::string dims_name(const AttentionProblem& p);

@@ -74,8 +74,8 @@ struct RaggedQueries {
 };
 RaggedQueries ragged_queries(const AttentionProblem& p, const RaggedBatch& b) {
   RaggedQueries rq;
-  if (!b.empty()) {
-    rq.kv_lens = b.kv_lens;
+  if (!b.empty()) rq.kv_lens = b.kv_lens;
+  if (p.ragged_q) {
     rq.offsets = {0};
     for (int32_t n : b.q_lens) rq.offsets.push_back(rq.offsets.back() + n);
   }
