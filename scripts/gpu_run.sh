@@ -8,6 +8,11 @@
 #   sanitizer.txt compute-sanitizer over the GPU tests
 #   bench_cuda.csv (+ .err)  kvflash-bench CUDA decode: every type at 4K..1M, the mixed pairs,
 #                GQA 8, head dim 256, 8 query tokens
+#   bench_serving.csv (+ .err)  serving batches (issue 43): 64 sequences of 1K-32K tokens and 256
+#                of 1K-4K, one query each, every type, contiguous and paged 16
+#   loop_bars.csv (+ .err)  kvflash-loop per KV type (32 layers, one graph per step) at 4K/32K/256K
+#   bars.md      issue 43's bars, each point with its measured value and PASS/FAIL
+#                (scripts/bars.py); also printed
 #   bench_cuda_sweep.csv (+ .err)  f16 and q4_0 over every power of two 1K..1M and close pairs
 #   bench_paged.csv (+ .err), paged.md  paged caches (page sizes 1..256, shuffled tables) against
 #                contiguous ones, µs per call
@@ -154,15 +159,19 @@ if [ -n "${KVFLASH_GPU_QUICK:-}" ]; then
   python3 scripts/summarize_bench.py "$out/bench_cuda.csv" > "$out/summary.md" 2>&1
   cat "$out/summary.md"
 else
-# Issue 4's table: every type at 4K/32K/128K/1M (32/8, D 128, one token), then the mixed pair,
-# GQA 8, head dim 256 and 8 query tokens.
+# Issue 4's table: every type at 4K/32K/128K/256K/1M (32/8, D 128, one token), then the mixed
+# pairs, GQA 8, head dim 256 and 8 query tokens (issue 43's bars: 256K and 1M).
+all_types=f16,bf16,q8_0,q4_0,turbo2,turbo3,turbo4,fp8_e4m3,fp8_e5m2
 {
-  $bench "${common[@]}" -ctk f16,bf16,q8_0,q4_0,turbo2,turbo3,turbo4,fp8_e4m3,fp8_e5m2 \
-    -d 4096,32768,131072,1048576
-  $bench "${common[@]}" -ctk q8_0 -ctv turbo4,q4_0 -d 4096,32768,131072 | tail -n +2
-  $bench "${common[@]}" -ctk f16,q8_0,q4_0,turbo3 --heads 32/4 -d 32768,131072 | tail -n +2
-  $bench "${common[@]}" -ctk f16,q8_0,q4_0,turbo3 --head-dim 256 -d 32768,131072 | tail -n +2
-  $bench "${common[@]}" -ctk f16,q8_0,q4_0,turbo3 -n 8 -d 4096,32768,131072 | tail -n +2
+  $bench "${common[@]}" -ctk $all_types -d 4096,32768,131072,262144,1048576
+  $bench "${common[@]}" -ctk q8_0 -ctv turbo4,q4_0 -d 4096,32768,131072,262144,1048576 |
+    tail -n +2
+  $bench "${common[@]}" -ctk f16,q8_0,q4_0,turbo3,fp8_e4m3 --heads 32/4 \
+    -d 32768,131072,262144,1048576 | tail -n +2
+  $bench "${common[@]}" -ctk f16,q8_0,q4_0,turbo3,fp8_e4m3 --head-dim 256 \
+    -d 32768,131072,262144,1048576 | tail -n +2
+  $bench "${common[@]}" -ctk f16,q8_0,q4_0,turbo3,fp8_e4m3 -n 8 -d 4096,32768,131072,1048576 |
+    tail -n +2
 } > "$out/bench_cuda.csv" 2> "$out/bench_cuda.err"
 echo "cuda bench rc=$? $(head -c 300 "$out/bench_cuda.err")"
 # Any-length sweep: every power of two 1K..1M and the odd neighbours of internal boundaries.
@@ -173,14 +182,23 @@ echo "cuda sweep rc=$?"
 python3 scripts/summarize_bench.py "$out/bench_cuda.csv" "$out/bench_cuda_sweep.csv" \
   > "$out/summary.md" 2>&1
 cat "$out/summary.md"
-# Paged caches (shuffled page tables) against contiguous ones (page size 0), in the same run.
+# Paged caches (shuffled page tables) against contiguous ones (page size 0), in the same run;
+# then a server's decode steps: batches of sequences with their own lengths (issue 43).
 {
-  $bench "${common[@]}" -ctk f16,q8_0,q4_0,turbo3 --page-size 0,16,64,256 -d 4096,32768,1048576
+  $bench "${common[@]}" -ctk $all_types --page-size 0,16,64,256 -d 4096,32768,1048576
   $bench "${common[@]}" -ctk q8_0 --page-size 0,1,7 -d 4096,32768 | tail -n +2
 } > "$out/bench_paged.csv" 2> "$out/bench_paged.err"
 echo "paged bench rc=$?"
 python3 scripts/paged_table.py "$out/bench_paged.csv" > "$out/paged.md" 2>&1
 cat "$out/paged.md"
+{
+  $bench "${common[@]}" -ctk $all_types --ragged serving64 --page-size 0,16
+  $bench "${common[@]}" -ctk $all_types --ragged serving256 --page-size 0,16 | tail -n +2
+  for s in serving64 serving256; do
+    $bench "${common[@]}" -ctk q8_0 -ctv turbo4 --ragged $s --page-size 16 | tail -n +2
+  done
+} > "$out/bench_serving.csv" 2> "$out/bench_serving.err"
+echo "serving bench rc=$?"
 # Issue 5's decode loop: 32 layers of 32/8 heads, D 128, up to 256K tokens, eager and graphs;
 # then mixed types per layer.
 loop=build/gpu/tools/loop/kvflash-loop
@@ -194,6 +212,14 @@ loop=build/gpu/tools/loop/kvflash-loop
   echo; $loop --chunk 2048 -d 8192,32768 -n 5
 } > "$out/loop.md" 2>&1
 echo "loop rc=$?"
+# Issue 43's loop bars: every type, 32 layers, one CUDA graph per step.
+{
+  echo "type,layers,depth,graphs,us/token,kernels us,overhead %,KV GB/s,graph kernels"
+  for t in ${all_types//,/ }; do
+    $loop -ctk "$t" -ctv "$t" -d 4096,32768,262144 -n 10 --graphs on -o csv | tail -n +2 |
+      sed "s|^|$t,32,|"
+  done
+} > "$out/loop_bars.csv" 2> "$out/loop_bars.err"
 grep -E "^\| *[0-9a-z]|kvflash-plan|Graph runner|fell by" "$out/loop.md"
 # Prefill (n > 8 query tokens): the shapes of scripts/bench_sdpa.py --prefill (its PREFILL_POINTS
 # and PREFILL_HEAD_DIMS), every type and the mixed pair; one CSV header.
@@ -272,6 +298,8 @@ else
 fi
 python3 scripts/compare_sdpa.py "$out/bench_cuda.csv" "$out/bench_sdpa.csv" > "$out/compare_sdpa.md"
 cat "$out/compare_sdpa.md"
+python3 scripts/bars.py "$out" > "$out/bars.md"
+cat "$out/bars.md"
 if [ -z "${KVFLASH_GPU_QUICK:-}" ]; then
   python3 scripts/compare_prefill.py "$out/bench_prefill.csv" "$out/bench_sdpa_prefill.csv" \
     > "$out/prefill.md"
