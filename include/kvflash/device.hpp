@@ -83,6 +83,12 @@ KVFLASH_API Status spin(double microseconds, void* stream = nullptr);
 // are the host's: every type, padding and saturation rule of formats.hpp, bit for bit.
 KVFLASH_API Status quantize_rows(KvType t, const float* src, int64_t n_rows, int64_t n_values,
                                  void* dst, void* stream = nullptr);
+// kvflash::dequantize_row on the device: n_rows rows of row_size(t, n_values) bytes at `src`
+// (device memory, row after row) into n_values floats per row at `dst` (device memory), in the
+// original domain (turbo: rotated back), enqueued on `stream` (no allocation, no
+// synchronization). The floats are the host's, bit for bit (NaN payloads included).
+KVFLASH_API Status dequantize_rows(KvType t, const void* src, int64_t n_rows, int64_t n_values,
+                                   float* dst, void* stream = nullptr);
 
 // Milliseconds of device time for what `enqueue` puts on `stream`, measured with two CUDA events
 // around it (then synchronizes on the end event). An error from enqueue is returned as is.

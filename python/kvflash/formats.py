@@ -45,7 +45,8 @@ def quantize(x, kv_type):
 def dequantize(data, kv_type, n):
     """uint8 (..., row_size(kv_type, n)) -> float32 (..., n): rows back to values in the original
     domain (turbo types inverse-rotated). n is needed: the padding makes bytes ambiguous (turbo
-    rows of 64 and 128 values have the same size). CPU only for now."""
+    rows of 64 and 128 values have the same size). NumPy or torch, CPU or (torch) CUDA, on the
+    current stream."""
     t = view(data, "data")
     require_dtype(t, "uint8")
     _require_rows(t)
@@ -53,10 +54,15 @@ def dequantize(data, kv_type, n):
     if t.shape[-1] != want:
         raise ValueError(f"data: rows of {t.shape[-1]} bytes, expected {want} (row_size of "
                          f"{kv_type} for {n} values)")
-    if t.device != "cpu":
-        raise NotImplementedError("dequantize: the library has no device dequantizer yet; pass "
-                                  "data.cpu()")
     out = empty(t, t.shape[:-1] + (n,), "float32")
-    if rows(t) > 0:
-        _kvflash.dequantize_rows(kv_type, t.addr, rows(t), n, view(out, "out").addr)
+    if rows(t) == 0:
+        return out
+    dst = view(out, "out").addr
+    if t.device == "cpu":
+        _kvflash.dequantize_rows(kv_type, t.addr, rows(t), n, dst)
+    else:
+        import torch
+        with torch.cuda.device(data.device):
+            stream = torch.cuda.current_stream().cuda_stream
+            _kvflash.cuda_dequantize_rows(kv_type, t.addr, rows(t), n, dst, stream)
     return out

@@ -389,13 +389,20 @@ void bind_formats(py::module_& m) {
       dequantize_row(type, address<const uint8_t>(src) + r * bytes, n, address<float>(dst) + r * n);
     }
   });
-  // Untested on a GPU so far (no device in the development VM): the host's bytes on the device,
-  // enqueued on `stream` without synchronizing (gpu::quantize_rows).
+  // The host's bytes on the device, enqueued on `stream` without synchronizing
+  // (gpu::quantize_rows).
   m.def("cuda_quantize_rows", [](const std::string& t, uintptr_t src, int64_t n_rows, int64_t n,
                                  uintptr_t dst, uintptr_t stream) {
     check_rows("quantize", src, dst, n);
     check(gpu::quantize_rows(kv_type(t), address<const float>(src), n_rows, n, address<void>(dst),
                              address<void>(stream)));
+  });
+  // The host's floats on the device, enqueued on `stream` (gpu::dequantize_rows).
+  m.def("cuda_dequantize_rows", [](const std::string& t, uintptr_t src, int64_t n_rows, int64_t n,
+                                   uintptr_t dst, uintptr_t stream) {
+    check_rows("dequantize", dst, src, n);
+    check(gpu::dequantize_rows(kv_type(t), address<const void>(src), n_rows, n,
+                               address<float>(dst), address<void>(stream)));
   });
   m.def("cuda_device_count", &cuda_device_count);
 }

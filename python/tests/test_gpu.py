@@ -22,6 +22,15 @@ def test_quantize_on_the_device_gives_the_host_bytes(kv_type):
     assert torch.equal(kvflash.quantize(x.cuda(), kv_type).cpu(), kvflash.quantize(x, kv_type))
 
 
+@pytest.mark.parametrize("kv_type", kvflash.kv_types())
+def test_dequantize_on_the_device_gives_the_host_floats(kv_type):
+    data = kvflash.quantize(torch.randn(64, 100), kv_type)
+    want = kvflash.dequantize(data, kv_type, 100)
+    got = kvflash.dequantize(data.cuda(), kv_type, 100)
+    assert got.device.type == "cuda"
+    assert torch.equal(got.cpu(), want)
+
+
 @pytest.mark.parametrize("q_tokens", [1, 16])
 def test_cuda_attention_is_close_to_the_cpu(q_tokens):
     k, v = caches("q8_0")

@@ -235,6 +235,17 @@ int kvflash_cuda_quantize_rows(kvflash_type type, const float* src, int64_t n_ro
   });
 }
 
+int kvflash_cuda_dequantize_rows(kvflash_type type, const void* src, int64_t n_rows,
+                                 int64_t n_values, float* dst, void* stream) {
+  return guarded("kvflash_cuda_dequantize_rows", [&] {
+    const auto t = to_cpp(type);
+    if (!t) return fail(bad_type("type", type));
+    const kvflash::Status s =
+        kvflash::gpu::dequantize_rows(*t, src, n_rows, n_values, dst, stream);
+    return s ? kOk : fail(s.error());
+  });
+}
+
 // ---- The device KV cache ----------------------------------------------------------------------
 
 int kvflash_kv_cache_bytes(const kvflash_kv_cache_config* config, size_t* bytes) {

@@ -141,6 +141,13 @@ Status quantize_rows(KvType t, const float* src, int64_t n_rows, int64_t n_value
   return d->quantize_rows(t, src, n_rows, n_values, dst, stream);
 }
 
+Status dequantize_rows(KvType t, const void* src, int64_t n_rows, int64_t n_values, float* dst,
+                       void* stream) {
+  const DeviceServices* d = device_services();
+  if (d == nullptr) return no_device_backend("gpu::dequantize_rows");
+  return d->dequantize_rows(t, src, n_rows, n_values, dst, stream);
+}
+
 Expected<double> time_ms(void* stream, const std::function<Status()>& enqueue) {
   const DeviceServices* d = device_services();
   if (d == nullptr) return no_device_backend("gpu::time_ms");

@@ -275,6 +275,11 @@ TEST(CApiDevice, WithoutADeviceEveryServiceSaysSo) {
   EXPECT_EQ(stream, nullptr);
   EXPECT_EQ(kvflash_cuda_free(nullptr), KVFLASH_OK);
   EXPECT_EQ(kvflash_cuda_stream_destroy(nullptr), KVFLASH_OK);
+  float f[32] = {};
+  uint8_t b[34] = {};
+  EXPECT_NE(kvflash_cuda_quantize_rows(KVFLASH_TYPE_Q8_0, f, 1, 32, b, nullptr), KVFLASH_OK);
+  EXPECT_NE(kvflash_cuda_dequantize_rows(KVFLASH_TYPE_Q8_0, b, 1, 32, f, nullptr), KVFLASH_OK);
+  EXPECT_TRUE(contains(last_error(), "dequantize_rows")) << last_error();
   const kvflash_type k[1] = {KVFLASH_TYPE_Q8_0};
   const kvflash_kv_cache_config c = cache_config(k, k, 1);
   kvflash_kv_cache* cache = reinterpret_cast<kvflash_kv_cache*>(1);

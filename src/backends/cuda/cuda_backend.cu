@@ -36,6 +36,7 @@ const BackendEntry& backend_entry() {
       .destroy_graph = destroy_graph,
       .last_error = last_error,
       .quantize_rows = quantize_rows,
+      .dequantize_rows = dequantize_rows,
       .append_rows = append_rows,
       .advance_lengths = advance_lengths,
       .memory_info = memory_info,

@@ -66,6 +66,10 @@ Status last_error();
 // kvflash::quantize_rows on the device (quantize.cu): src and dst device memory, on `stream`.
 Status quantize_rows(KvType t, const float* src, int64_t n_rows, int64_t n, void* dst,
                      void* stream);
+// kvflash::dequantize_row over n_rows rows on the device (dequantize.cu): src and dst device
+// memory, on `stream`; the host's floats, bit for bit.
+Status dequantize_rows(KvType t, const void* src, int64_t n_rows, int64_t n, float* dst,
+                       void* stream);
 // The rows (n_seqs, n_new, n_heads) of n_values floats at `src` quantized into a cache tensor at
 // tokens lens[seq] - n_new .. lens[seq] - 1 (lens read on the device). flags: n_seqs + 1 int32,
 // [0] raised on overflow, [1 + s] sequence s full; nothing is written for a full sequence or a
