@@ -22,7 +22,6 @@
 
 #include "backends/cuda/common/routing.hpp"
 #include "backends/cuda/common/type_pairs.hpp"
-#include "backends/cuda/prefill/prefill_plan.hpp"
 #include "gpu_test_util.hpp"
 #include "kvflash/formats.hpp"
 
@@ -196,8 +195,6 @@ std::vector<PrefillCase> head_dim_cases() {
     for (const auto& [k, v] :
          {std::pair{KvType::f16, KvType::f16}, std::pair{KvType::q8_0, KvType::turbo3},
           std::pair{KvType::fp8_e5m2, KvType::fp8_e5m2}}) {
-      if (!cuda::prefill::prefill_reads_dims(k, d.k) || !cuda::prefill::prefill_reads_dims(v, d.v))
-        continue;  // (reject_head_dim)
       PrefillCase c;
       c.head_dim = d;
       c.k_type = k;
@@ -579,8 +576,7 @@ TEST(CudaPrefillPlan, SelectionSplitsAtTheMeasuredCrossover) {
   p.n_q_tokens = cuda::kMaxDecodeQTokens + 1;
 
   // Every head dim of the supported space takes cuda.prefill, the widest ones included, with
-  // every pair this build compiled; fp8 at head dims off the 32-dim grid is refused by name
-  // (reject_head_dim), past what cuda.decode serves.
+  // every pair this build compiled.
   for (const HeadDims d : SupportedSpace::head_dims)
     for (const cuda::KvTypePair& pair : cuda::kDefaultPairs) {
       AttentionProblem any = p;
@@ -588,14 +584,6 @@ TEST(CudaPrefillPlan, SelectionSplitsAtTheMeasuredCrossover) {
       any.k_type = pair.k;
       any.v_type = pair.v;
       any.n_kv_heads = 1;
-      if (!cuda::prefill::prefill_reads_dims(pair.k, d.k) ||
-          !cuda::prefill::prefill_reads_dims(pair.v, d.v)) {
-        const Expected<Plan> refused = plan_cuda(any);
-        ASSERT_FALSE(refused.ok()) << describe(any);
-        EXPECT_NE(refused.error().message.find("not a multiple of 32"), std::string::npos)
-            << refused.error().message;
-        continue;
-      }
       KVFLASH_ASSIGN_OR_FAIL(pl, plan_cuda(any));
       EXPECT_EQ(pl.kernel->name, kPrefill) << describe(any);
     }

@@ -14,7 +14,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <tuple>
 #include <vector>
 
 #include "backends/cuda/common/device_info.hpp"
@@ -45,13 +44,6 @@ std::optional<std::string> reject_q_tokens(const AttentionProblem& p) {
 }
 
 std::optional<std::string> reject_head_dim(const AttentionProblem& p) {
-  for (const auto& [what, t, d] :
-       {std::tuple{"k", p.k_type, p.head_dim.k}, std::tuple{"v", p.v_type, p.head_dim.v}})
-    if (!prefill_reads_dims(t, d))
-      return fmt::format(
-          "{} head dim {} of type {} is not a multiple of 32 (cuda.prefill reads "
-          "fp8 rows 32 dims at a time; cuda.decode serves up to 32 query tokens)",
-          what, d, to_string(t));
   const PrefillLayout l = prefill_layout(p);
   const int32_t max_dk = qk_dims(p.k_type, kWideBucket);
   if (l.dkc <= max_dk && l.dvc <= kWideBucket) return std::nullopt;

@@ -22,6 +22,9 @@ constexpr int32_t raw_slot(int32_t row_bytes) {
 }  // namespace
 
 int32_t prefill_dim(KvType t, int32_t d) {
+  // fp8 rows are decoded as the quantized types' are, 32 dims at a time (the dims past the row
+  // zero): head dim 80 computes as 96, as q8_0's does.
+  if (is_fp8(t)) return round_up(d, 32);
   if (traits(t).block_values == 1) return round_up(d, 16);
   return static_cast<int32_t>(padded_values(t, d));
 }

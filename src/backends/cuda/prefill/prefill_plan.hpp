@@ -172,14 +172,6 @@ bool prefill_tma_view(const KvTmaTensor& kv, int32_t row_bytes, int32_t box_byte
 // multiple of 16), quantized types padded to their block (turbo: the rotation's 128-value group).
 int32_t prefill_dim(KvType t, int32_t d);
 
-// Whether the prefill kernels read rows of type t and head dim d: fp8 rows are decoded as the
-// quantized types' are, 32 dims at a time, and hold exactly their dims (no block padding), so an
-// fp8 head dim off that grid would read past its rows (an H100 run at head dim 80 wrote past its
-// decoded tile). reject_head_dim's rule, and the tests'.
-constexpr bool prefill_reads_dims(KvType t, int32_t d) {
-  return !is_fp8(t) || d % 32 == 0;
-}
-
 PrefillLayout prefill_layout(const AttentionProblem& p);
 
 // The keys a CTA of query rows [row0, row_end) visits in a sequence of `len` keys (the kernel's

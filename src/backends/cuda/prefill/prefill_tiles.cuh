@@ -176,17 +176,23 @@ struct RowLeads {
 // A raw tile of quantized type T decoded into the f16 operand tile `dst`, item by item (items:
 // row, 32-dim block, thread slot, as item_frag's; `dc` computed dims per row). (Reading every
 // item of both tensors into registers before storing any, so that all their shared-memory loads
-// are in flight together, ran the quantized TMA kernel 0.88-0.95x: H100, 2026-12-06.)
+// are in flight together, ran the quantized TMA kernel 0.88-0.95x: H100, 2026-12-06.) fp8 rows
+// hold exactly their `live` dims (no block padding): items past them are zero, not read.
 template <KvType T, class Leads>
 __device__ __forceinline__ void decode_items(const uint8_t* raw, Leads leads, int slot,
-                                             uint8_t* dst, int dc, const FastDiv& div_items,
-                                             int tid) {
+                                             uint8_t* dst, int dc, int live,
+                                             const FastDiv& div_items, int tid) {
   const int per_row = dc / 32 * 4, total = kTileKeys * per_row;
   TurboLut<T> tlut;
   if constexpr (is_rotated(T)) tlut.init();
   for (int i = tid; i < total; i += kThreads) {
     const int r = fdiv(i, div_items), bt = i - r * per_row, b = bt >> 2, t = bt & 3;
-    store_item<T>(item_frag<T, false>(raw + r * slot + leads(r), b, t, tlut), r, b, t, dst);
+    const uint8_t* src = raw + r * slot + leads(r);
+    if constexpr (is_fp8(T))
+      store_item<T>(item_frag<T, true>(32 * b + 8 * t < live ? src : nullptr, b, t, tlut), r, b, t,
+                    dst);
+    else
+      store_item<T>(item_frag<T, false>(src, b, t, tlut), r, b, t, dst);
   }
 }
 
@@ -197,11 +203,11 @@ __device__ __forceinline__ void decode_stage(const PrefillParams& p, const uint8
                                              uint8_t* dec, KLeads k_leads, VLeads v_leads,
                                              int tid) {
   if constexpr (tile_mode(KT) == TileMode::raw)
-    decode_items<KT>(st + p.k_stage_off, k_leads, p.k_slot, dec + p.k_dec_off, p.dkc, p.k_div_items,
-                     tid);
+    decode_items<KT>(st + p.k_stage_off, k_leads, p.k_slot, dec + p.k_dec_off, p.dkc, p.dk,
+                     p.k_div_items, tid);
   if constexpr (tile_mode(VT) == TileMode::raw)
-    decode_items<VT>(st + p.v_stage_off, v_leads, p.v_slot, dec + p.v_dec_off, p.dvc, p.v_div_items,
-                     tid);
+    decode_items<VT>(st + p.v_stage_off, v_leads, p.v_slot, dec + p.v_dec_off, p.dvc, p.dv,
+                     p.v_div_items, tid);
 }
 
 // The same for keys [k0, k0 + kTileKeys) read straight from the tensor in global memory (the wide
