@@ -123,8 +123,12 @@ std::vector<DecodeCase> paged_cases() {
       {8, 8, 2, d128, bf16, bf16, {4865}},         {1, 8, 2, d256, turbo3, turbo3, {5000}},
       {1, 8, 2, d64, q4_0, q4_0, {5000}},          {2, 16, 2, d128, turbo2, turbo2, {5000, 77}},
       {1, 8, 2, d128, q4_0, turbo4, {3000, 0, 1}}, {1, 8, 2, d128, fp8_e4m3, fp8_e4m3, {70000}},
+      // fp8's paged twin (kPagedTwinTypes): both kinds, two n-tiles, the K split, pages of 1 and
+      // 7, a batch of lengths
+      {8, 8, 2, d128, fp8_e5m2, fp8_e5m2, {4865}}, {1, 8, 2, d256, fp8_e4m3, fp8_e4m3, {5000}},
+      {2, 16, 2, d64, fp8_e5m2, fp8_e5m2, {3000, 77, 1}},
   };
-  const int32_t pages[] = {16, 64, 256, 7, 1, 16, 16, 32, 16, 16};
+  const int32_t pages[] = {16, 64, 256, 7, 1, 16, 16, 32, 16, 16, 1, 16, 7};
   for (size_t i = 0; i < out.size(); ++i) out[i].page_size = pages[i];
   return out;
 }

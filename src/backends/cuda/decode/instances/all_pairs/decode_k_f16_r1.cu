@@ -26,7 +26,11 @@ template cudaError_t prepare_decode<KvType::f16, KvType::turbo4, 1, false>(size_
 template void launch_decode<KvType::f16, KvType::turbo4, 1, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
 template cudaError_t prepare_decode<KvType::f16, KvType::fp8_e4m3, 1, false>(size_t, int*);
 template void launch_decode<KvType::f16, KvType::fp8_e4m3, 1, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_decode<KvType::f16, KvType::fp8_e4m3, 1, false, true>(size_t, int*);
+template void launch_decode<KvType::f16, KvType::fp8_e4m3, 1, false, true>(const DecodeParams&, dim3, size_t, cudaStream_t);
 template cudaError_t prepare_decode<KvType::f16, KvType::fp8_e5m2, 1, false>(size_t, int*);
 template void launch_decode<KvType::f16, KvType::fp8_e5m2, 1, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_decode<KvType::f16, KvType::fp8_e5m2, 1, false, true>(size_t, int*);
+template void launch_decode<KvType::f16, KvType::fp8_e5m2, 1, false, true>(const DecodeParams&, dim3, size_t, cudaStream_t);
 }  // namespace kvflash::cuda::decode
 // clang-format on

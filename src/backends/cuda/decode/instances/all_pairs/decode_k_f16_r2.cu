@@ -26,7 +26,11 @@ template cudaError_t prepare_decode<KvType::f16, KvType::turbo4, 2, false>(size_
 template void launch_decode<KvType::f16, KvType::turbo4, 2, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
 template cudaError_t prepare_decode<KvType::f16, KvType::fp8_e4m3, 2, false>(size_t, int*);
 template void launch_decode<KvType::f16, KvType::fp8_e4m3, 2, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_decode<KvType::f16, KvType::fp8_e4m3, 2, false, true>(size_t, int*);
+template void launch_decode<KvType::f16, KvType::fp8_e4m3, 2, false, true>(const DecodeParams&, dim3, size_t, cudaStream_t);
 template cudaError_t prepare_decode<KvType::f16, KvType::fp8_e5m2, 2, false>(size_t, int*);
 template void launch_decode<KvType::f16, KvType::fp8_e5m2, 2, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_decode<KvType::f16, KvType::fp8_e5m2, 2, false, true>(size_t, int*);
+template void launch_decode<KvType::f16, KvType::fp8_e5m2, 2, false, true>(const DecodeParams&, dim3, size_t, cudaStream_t);
 }  // namespace kvflash::cuda::decode
 // clang-format on

@@ -8,8 +8,12 @@ template cudaError_t prepare_decode<KvType::fp8_e4m3, KvType::f32, 2, false>(siz
 template void launch_decode<KvType::fp8_e4m3, KvType::f32, 2, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
 template cudaError_t prepare_decode<KvType::fp8_e4m3, KvType::f16, 2, false>(size_t, int*);
 template void launch_decode<KvType::fp8_e4m3, KvType::f16, 2, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_decode<KvType::fp8_e4m3, KvType::f16, 2, false, true>(size_t, int*);
+template void launch_decode<KvType::fp8_e4m3, KvType::f16, 2, false, true>(const DecodeParams&, dim3, size_t, cudaStream_t);
 template cudaError_t prepare_decode<KvType::fp8_e4m3, KvType::bf16, 2, false>(size_t, int*);
 template void launch_decode<KvType::fp8_e4m3, KvType::bf16, 2, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_decode<KvType::fp8_e4m3, KvType::bf16, 2, false, true>(size_t, int*);
+template void launch_decode<KvType::fp8_e4m3, KvType::bf16, 2, false, true>(const DecodeParams&, dim3, size_t, cudaStream_t);
 template cudaError_t prepare_decode<KvType::fp8_e4m3, KvType::q8_0, 2, false>(size_t, int*);
 template void launch_decode<KvType::fp8_e4m3, KvType::q8_0, 2, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
 template cudaError_t prepare_decode<KvType::fp8_e4m3, KvType::q4_0, 2, false>(size_t, int*);
@@ -22,7 +26,11 @@ template cudaError_t prepare_decode<KvType::fp8_e4m3, KvType::turbo4, 2, false>(
 template void launch_decode<KvType::fp8_e4m3, KvType::turbo4, 2, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
 template cudaError_t prepare_decode<KvType::fp8_e4m3, KvType::fp8_e4m3, 2, false>(size_t, int*);
 template void launch_decode<KvType::fp8_e4m3, KvType::fp8_e4m3, 2, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_decode<KvType::fp8_e4m3, KvType::fp8_e4m3, 2, false, true>(size_t, int*);
+template void launch_decode<KvType::fp8_e4m3, KvType::fp8_e4m3, 2, false, true>(const DecodeParams&, dim3, size_t, cudaStream_t);
 template cudaError_t prepare_decode<KvType::fp8_e4m3, KvType::fp8_e5m2, 2, false>(size_t, int*);
 template void launch_decode<KvType::fp8_e4m3, KvType::fp8_e5m2, 2, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_decode<KvType::fp8_e4m3, KvType::fp8_e5m2, 2, false, true>(size_t, int*);
+template void launch_decode<KvType::fp8_e4m3, KvType::fp8_e5m2, 2, false, true>(const DecodeParams&, dim3, size_t, cudaStream_t);
 }  // namespace kvflash::cuda::decode
 // clang-format on

@@ -6,7 +6,11 @@
 namespace kvflash::cuda::decode {
 template cudaError_t prepare_decode<KvType::fp8_e4m3, KvType::fp8_e4m3, 1, false>(size_t, int*);
 template void launch_decode<KvType::fp8_e4m3, KvType::fp8_e4m3, 1, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_decode<KvType::fp8_e4m3, KvType::fp8_e4m3, 1, false, true>(size_t, int*);
+template void launch_decode<KvType::fp8_e4m3, KvType::fp8_e4m3, 1, false, true>(const DecodeParams&, dim3, size_t, cudaStream_t);
 template cudaError_t prepare_decode<KvType::fp8_e4m3, KvType::fp8_e4m3, 2, false>(size_t, int*);
 template void launch_decode<KvType::fp8_e4m3, KvType::fp8_e4m3, 2, false>(const DecodeParams&, dim3, size_t, cudaStream_t);
+template cudaError_t prepare_decode<KvType::fp8_e4m3, KvType::fp8_e4m3, 2, false, true>(size_t, int*);
+template void launch_decode<KvType::fp8_e4m3, KvType::fp8_e4m3, 2, false, true>(const DecodeParams&, dim3, size_t, cudaStream_t);
 }  // namespace kvflash::cuda::decode
 // clang-format on
