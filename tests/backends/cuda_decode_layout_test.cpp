@@ -177,11 +177,26 @@ TEST(CudaDecodePlan, SplitsFillTheMachineAndKeepSplitsNonTrivial) {
   EXPECT_EQ(decode_splits(p, l, 132, 3), 2);
   p.kv_capacity = 1;
   EXPECT_EQ(decode_splits(p, l, 132, 3), 1);
-  p = problem(1, 32, 8, {128, 128}, 1 << 20);
+  p = problem(1, 32, 8, {128, 128}, 4096);
   p.n_seqs = 64;  // 512 CTAs already fill 396 slots
   EXPECT_EQ(decode_splits(p, l, 132, 3), 1);
   EXPECT_EQ(decode_workspace_bytes(p, l, 1), 0u);
   EXPECT_EQ(decode_workspace_bytes(p, l, 3), size_t{64} * 8 * 3 * 4 * (128 + 2) * 4);
+  // A batch takes at least capacity / kBatchSplitKeys splits (its lengths differ on the device),
+  // never under the wave rule, never more than the 64-key floor or kMaxSplits allow; one
+  // sequence keeps the wave rule.
+  p.kv_capacity = 32768;
+  EXPECT_EQ(decode_splits(p, l, 132, 3), 32768 / kBatchSplitKeys);
+  p.kv_capacity = 4097;
+  EXPECT_EQ(decode_splits(p, l, 132, 3), 2);
+  p.kv_capacity = int64_t{1} << 30;
+  EXPECT_EQ(decode_splits(p, l, 132, 3), kMaxSplits);
+  p.n_seqs = 2;  // 16 CTAs: the wave rule's 24 splits are more than the floor's 8
+  p.kv_capacity = 32768;
+  EXPECT_EQ(decode_splits(p, l, 132, 3), 24);
+  p.n_seqs = 1;
+  p.kv_capacity = 1 << 20;
+  EXPECT_EQ(decode_splits(p, l, 132, 3), 49);
 }
 
 // Above four CTAs per SM, the split count that gives the busiest SM the fewest whole tiles:

@@ -126,6 +126,18 @@ int32_t tile_step_rows(const DecodeLayout& l) {
 
 int32_t decode_splits(const AttentionProblem& p, const DecodeLayout& l, int32_t sm_count,
                       int32_t ctas_per_sm) {
+  const int64_t cap =
+      std::max<int64_t>(1, (p.kv_capacity + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
+  const int64_t batch_floor =
+      p.n_seqs > 1 ? std::min<int64_t>({(p.kv_capacity + kBatchSplitKeys - 1) / kBatchSplitKeys,
+                                        cap, kMaxSplits})
+                   : 1;
+  const int32_t wave = decode_wave_splits(p, l, sm_count, ctas_per_sm);
+  return static_cast<int32_t>(std::max<int64_t>(wave, batch_floor));
+}
+
+int32_t decode_wave_splits(const AttentionProblem& p, const DecodeLayout& l, int32_t sm_count,
+                           int32_t ctas_per_sm) {
   const int64_t base = int64_t{p.n_seqs} * p.n_kv_heads * l.n_row_blocks;
   const int32_t sms = std::max(sm_count, 1);
   const int32_t resident = std::max(ctas_per_sm, 1);

@@ -58,9 +58,22 @@ int32_t tile_step_rows(const DecodeLayout& l);
 // `ctas_per_sm`, or where that is above kCtasPerSm, the r from kCtasPerSm up whose busiest SM
 // gets the fewest whole tiles at kv_capacity (within kSplitLoadSlack percent; ties to the larger
 // r); never more than leaves kMinKeysPerSplit keys per split.
+// A batch of several sequences takes at least kv_capacity / kBatchSplitKeys splits: their lengths
+// are read on the device and differ, and one CTA per (sequence, KV head) left the longest
+// sequences' CTAs running alone at the end. H100, 32/8 heads, D 128, one round of each of four
+// floors (issue 43's serving batches, `kvflash-bench --ragged serving64`, 64 sequences of 1K-32K
+// tokens): f16 79 -> 91% of the read bandwidth, paged 16 65 -> 89%; q8_0 50 -> 70%; q4_0 40 ->
+// 65%; fp8_e4m3 69 -> 84%, turbo3 34 -> 47%; 16 sequences of 32K: q4_0 53 -> 65%, f16 92 -> 90%.
+// A floor of 2048 keys gave q8_0 80% at 64 sequences but split the 256 sequences of 1K-4K
+// (serving256) in two: 0.83-0.94x there; 8192 kept half the gain.
+inline constexpr int64_t kBatchSplitKeys = 4096;
 inline constexpr int64_t kSplitLoadSlack = 105;
 int32_t decode_splits(const AttentionProblem& p, const DecodeLayout& l, int32_t sm_count,
                       int32_t ctas_per_sm);
+
+// decode_splits without the batch floor: the wave rule alone.
+int32_t decode_wave_splits(const AttentionProblem& p, const DecodeLayout& l, int32_t sm_count,
+                           int32_t ctas_per_sm);
 
 // Workspace bytes for the partial states (0 with one split).
 // Whole tiles of `bk` keys on the busiest of `sm_count` SMs when `keys` split `splits` ways
