@@ -86,7 +86,8 @@ KVFLASH_API Status quantize_rows(KvType t, const float* src, int64_t n_rows, int
 // kvflash::dequantize_row on the device: n_rows rows of row_size(t, n_values) bytes at `src`
 // (device memory, row after row) into n_values floats per row at `dst` (device memory), in the
 // original domain (turbo: rotated back), enqueued on `stream` (no allocation, no
-// synchronization). The floats are the host's, bit for bit (NaN payloads included).
+// synchronization). The floats are the host's, bit for bit; NaN where the host has NaN (its
+// payload may differ).
 KVFLASH_API Status dequantize_rows(KvType t, const void* src, int64_t n_rows, int64_t n_values,
                                    float* dst, void* stream = nullptr);
 

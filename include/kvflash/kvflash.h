@@ -394,7 +394,7 @@ KVFLASH_API int kvflash_cuda_quantize_rows(kvflash_type type, const float* src, 
                                            int64_t n_values, void* dst, void* stream);
 /* kvflash_dequantize on the device: n_rows rows of kvflash_row_size(type, n_values) bytes at src
  * (device memory, row after row) into n_values floats per row at dst (device memory), enqueued
- * on `stream`; the host's floats, bit for bit. Graph-safe. */
+ * on `stream`; the host's floats, bit for bit (NaN where the host has NaN). Graph-safe. */
 KVFLASH_API int kvflash_cuda_dequantize_rows(kvflash_type type, const void* src, int64_t n_rows,
                                              int64_t n_values, float* dst, void* stream);
 

@@ -21,6 +21,17 @@ def _require_rows(t):
                          "n >= 1)")
 
 
+def _rows(t, tensor, fn, *args):
+    """The library's row function `fn` on the host, or its cuda_ twin on the tensor's device and
+    current stream."""
+    if t.device == "cpu":
+        getattr(_kvflash, fn)(*args)
+        return
+    import torch
+    with torch.cuda.device(tensor.device):
+        getattr(_kvflash, "cuda_" + fn)(*args, torch.cuda.current_stream().cuda_stream)
+
+
 def quantize(x, kv_type):
     """float32 (..., n) -> uint8 (..., row_size(kv_type, n)): each row of n values as the
     library stores it. NumPy or torch, CPU or (torch) CUDA, on the current stream."""
@@ -31,14 +42,7 @@ def quantize(x, kv_type):
     out = empty(t, t.shape[:-1] + (row_size(kv_type, n),), "uint8")
     if rows(t) == 0:
         return out
-    dst = view(out, "out").addr
-    if t.device == "cpu":
-        _kvflash.quantize_rows(kv_type, t.addr, rows(t), n, dst)
-    else:
-        import torch
-        with torch.cuda.device(x.device):
-            stream = torch.cuda.current_stream().cuda_stream
-            _kvflash.cuda_quantize_rows(kv_type, t.addr, rows(t), n, dst, stream)
+    _rows(t, x, "quantize_rows", kv_type, t.addr, rows(t), n, view(out, "out").addr)
     return out
 
 
@@ -57,12 +61,5 @@ def dequantize(data, kv_type, n):
     out = empty(t, t.shape[:-1] + (n,), "float32")
     if rows(t) == 0:
         return out
-    dst = view(out, "out").addr
-    if t.device == "cpu":
-        _kvflash.dequantize_rows(kv_type, t.addr, rows(t), n, dst)
-    else:
-        import torch
-        with torch.cuda.device(data.device):
-            stream = torch.cuda.current_stream().cuda_stream
-            _kvflash.cuda_dequantize_rows(kv_type, t.addr, rows(t), n, dst, stream)
+    _rows(t, data, "dequantize_rows", kv_type, t.addr, rows(t), n, view(out, "out").addr)
     return out

@@ -401,8 +401,8 @@ void bind_formats(py::module_& m) {
   m.def("cuda_dequantize_rows", [](const std::string& t, uintptr_t src, int64_t n_rows, int64_t n,
                                    uintptr_t dst, uintptr_t stream) {
     check_rows("dequantize", dst, src, n);
-    check(gpu::dequantize_rows(kv_type(t), address<const void>(src), n_rows, n,
-                               address<float>(dst), address<void>(stream)));
+    check(gpu::dequantize_rows(kv_type(t), address<const void>(src), n_rows, n, address<float>(dst),
+                               address<void>(stream)));
   });
   m.def("cuda_device_count", &cuda_device_count);
 }

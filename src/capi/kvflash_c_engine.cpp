@@ -240,8 +240,7 @@ int kvflash_cuda_dequantize_rows(kvflash_type type, const void* src, int64_t n_r
   return guarded("kvflash_cuda_dequantize_rows", [&] {
     const auto t = to_cpp(type);
     if (!t) return fail(bad_type("type", type));
-    const kvflash::Status s =
-        kvflash::gpu::dequantize_rows(*t, src, n_rows, n_values, dst, stream);
+    const kvflash::Status s = kvflash::gpu::dequantize_rows(*t, src, n_rows, n_values, dst, stream);
     return s ? kOk : fail(s.error());
   });
 }

@@ -60,8 +60,8 @@ struct DeviceServices {
   Status (*quantize_rows)(KvType t, const float* src, int64_t n_rows, int64_t n_values, void* dst,
                           void* stream);
   // kvflash::dequantize_row over n_rows rows, src and dst in device memory, on `stream`.
-  Status (*dequantize_rows)(KvType t, const void* src, int64_t n_rows, int64_t n_values,
-                            float* dst, void* stream);
+  Status (*dequantize_rows)(KvType t, const void* src, int64_t n_rows, int64_t n_values, float* dst,
+                            void* stream);
   // KvCache::append of one tensor: rows (n_seqs, n_new, n_heads) of n_values floats quantized at
   // tokens lens[seq] - n_new .. lens[seq] - 1 (lens read on the device); flags: n_seqs + 1 int32,
   // [0] raised on overflow, [1 + s] sequence s full.

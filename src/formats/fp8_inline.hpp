@@ -54,15 +54,15 @@ inline uint8_t fp32_to_fp8_e5m2_inline(float f) {
 // E4M3 as the fp16 with the same sign, exponent and mantissa bits shifted into place (bias 15
 // instead of 7: the value over 2^8), so every code, subnormals included, converts exactly; the
 // one NaN code per sign has no fp16 twin and is returned as NaN.
-constexpr uint16_t fp8_e4m3_as_fp16_bits(uint8_t x) {
+inline uint16_t fp8_e4m3_as_fp16_bits(uint8_t x) {
   return static_cast<uint16_t>(((x & 0x80) << 8) | ((x & 0x7F) << 7));
 }
-constexpr float fp8_e4m3_to_fp32_inline(uint8_t x) {
+inline float fp8_e4m3_to_fp32_inline(uint8_t x) {
   if ((x & 0x7F) == 0x7F) return std::numeric_limits<float>::quiet_NaN();
   return fp16_to_fp32_inline(fp8_e4m3_as_fp16_bits(x)) * 256.0f;
 }
 // E5M2 is the top byte of an fp16.
-constexpr float fp8_e5m2_to_fp32_inline(uint8_t x) {
+inline float fp8_e5m2_to_fp32_inline(uint8_t x) {
   return fp16_to_fp32_inline(static_cast<uint16_t>(x << 8));
 }
 

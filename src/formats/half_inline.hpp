@@ -4,8 +4,6 @@
 // flush-to-zero / denormals-are-zero modes, bit-identical to F16C (vcvtps2ph with imm 0, i.e.
 // round to nearest even, and vcvtph2ps), NaN payloads included: fp32 -> fp16 keeps the top 10
 // payload bits and sets the quiet bit; fp16 -> fp32 keeps the payload (and sets the quiet bit).
-// The fp32 results are constexpr, so the CUDA backend's dequantizer (built with
-// --expt-relaxed-constexpr) runs these very recipes on the device.
 #pragma once
 
 #include <bit>
@@ -40,7 +38,7 @@ inline uint16_t fp32_to_fp16_inline(float f) {
   return static_cast<uint16_t>(sign | h);
 }
 
-constexpr float fp16_to_fp32_inline(uint16_t h) {
+inline float fp16_to_fp32_inline(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t e = (h >> 10) & 0x1Fu;
   const uint32_t m = h & 0x03FFu;
@@ -64,7 +62,7 @@ inline uint16_t fp32_to_bf16_inline(float f) {
   return static_cast<uint16_t>((w + 0x7FFFu + ((w >> 16) & 1u)) >> 16);
 }
 
-constexpr float bf16_to_fp32_inline(uint16_t h) {
+inline float bf16_to_fp32_inline(uint16_t h) {
   return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
 }
 

@@ -73,8 +73,9 @@ TEST(GpuQuantize, EveryTypeAndHeadDimMatchesTheHostByteForByte) {
   }
 }
 
-// Same bits, or NaN on both sides: a NaN that a float operation makes (a NaN scale times a code,
-// a NaN in a rotation) has the hardware's payload, which x86 and the GPU choose differently.
+// Same bits, or NaN on both sides: a NaN that a conversion or a float operation makes (an fp16
+// NaN widened, a NaN scale times a code, a NaN in a rotation) has the hardware's payload, which
+// x86 and the GPU choose differently.
 bool same_float(float a, float b) {
   uint32_t ua, ub;
   std::memcpy(&ua, &a, 4);

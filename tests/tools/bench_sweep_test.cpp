@@ -103,9 +103,9 @@ TEST(BenchSweep, RaggedBatchRunsAndCountsItsOwnFlops) {
 // A batch whose sequences have the same queries (one each) and their own lengths is a batch of
 // decode steps: GB/s over each sequence's own tokens, not the longest one's.
 TEST(BenchSweep, BatchWithOwnLengthsIsDecode) {
-  const auto r = run_tool(quick({"--backend", "cpu", "-ctk", "q8_0", "--heads", "4/2", "-r", "2",
-                                 "--warmup", "0", "--ragged", "1:64,1:10,1:40", "--page-size", "16",
-                                 "-o", "json"}));
+  const auto r =
+      run_tool(quick({"--backend", "cpu", "-ctk", "q8_0", "--heads", "4/2", "-r", "2", "--warmup",
+                      "0", "--ragged", "1:64,1:10,1:40", "--page-size", "16", "-o", "json"}));
   ASSERT_EQ(r.rc, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j.size(), 1u);

@@ -124,31 +124,20 @@ int32_t tile_step_rows(const DecodeLayout& l) {
   return l.bk / 2 / tile_box(l) * tile_box(l);
 }
 
-int32_t decode_splits(const AttentionProblem& p, const DecodeLayout& l, int32_t sm_count,
-                      int32_t ctas_per_sm) {
-  const int64_t cap =
-      std::max<int64_t>(1, (p.kv_capacity + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
-  const int64_t batch_floor =
-      p.n_seqs > 1 ? std::min<int64_t>({(p.kv_capacity + kBatchSplitKeys - 1) / kBatchSplitKeys,
-                                        cap, kMaxSplits})
-                   : 1;
-  const int32_t wave = decode_wave_splits(p, l, sm_count, ctas_per_sm);
-  return static_cast<int32_t>(std::max<int64_t>(wave, batch_floor));
-}
+namespace {
 
-int32_t decode_wave_splits(const AttentionProblem& p, const DecodeLayout& l, int32_t sm_count,
-                           int32_t ctas_per_sm) {
+// The wave rule: enough CTAs to fill the SMs, at most `cap` splits (see decode_splits).
+int32_t wave_splits(const AttentionProblem& p, const DecodeLayout& l, int32_t sm_count,
+                    int32_t ctas_per_sm, int64_t cap) {
   const int64_t base = int64_t{p.n_seqs} * p.n_kv_heads * l.n_row_blocks;
   const int32_t sms = std::max(sm_count, 1);
   const int32_t resident = std::max(ctas_per_sm, 1);
   if (base >= int64_t{sms} * resident) return 1;
-  const int64_t cap =
-      std::max<int64_t>(1, (p.kv_capacity + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
   // Whole waves: for r CTAs per SM, the largest split count whose CTAs all fit in one wave of
   // r per SM (a second wave of a few CTAs would double the time, each of them reading a full
   // split alone).
   const auto splits_at = [&](int32_t r) {
-    return std::clamp<int64_t>(int64_t{sms} * r / base, 1, std::min<int64_t>(cap, kMaxSplits));
+    return std::clamp<int64_t>(int64_t{sms} * r / base, 1, cap);
   };
   // Which r, where more than kCtasPerSm fit: the keys at capacity (a window's span if shorter)
   // split into tiles, the busiest SM's tiles for each r from kCtasPerSm up, and the highest r
@@ -170,6 +159,20 @@ int32_t decode_wave_splits(const AttentionProblem& p, const DecodeLayout& l, int
     if (busiest_sm_tiles(keys, base, splits_at(r), l.bk, sms) * 100 <= least * kSplitLoadSlack)
       return static_cast<int32_t>(splits_at(r));
   return static_cast<int32_t>(splits_at(r_lo));
+}
+
+}  // namespace
+
+int32_t decode_splits(const AttentionProblem& p, const DecodeLayout& l, int32_t sm_count,
+                      int32_t ctas_per_sm) {
+  // Never fewer than kMinKeysPerSplit keys per split, never more than kMaxSplits splits.
+  const int64_t cap = std::min<int64_t>(
+      std::max<int64_t>(1, (p.kv_capacity + kMinKeysPerSplit - 1) / kMinKeysPerSplit), kMaxSplits);
+  const int64_t batch_floor =
+      p.n_seqs > 1 ? std::min<int64_t>((p.kv_capacity + kBatchSplitKeys - 1) / kBatchSplitKeys, cap)
+                   : 1;
+  return static_cast<int32_t>(
+      std::max<int64_t>(wave_splits(p, l, sm_count, ctas_per_sm, cap), batch_floor));
 }
 
 size_t decode_workspace_bytes(const AttentionProblem& p, const DecodeLayout& l, int32_t n_splits) {

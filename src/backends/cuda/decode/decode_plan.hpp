@@ -71,10 +71,6 @@ inline constexpr int64_t kSplitLoadSlack = 105;
 int32_t decode_splits(const AttentionProblem& p, const DecodeLayout& l, int32_t sm_count,
                       int32_t ctas_per_sm);
 
-// decode_splits without the batch floor: the wave rule alone.
-int32_t decode_wave_splits(const AttentionProblem& p, const DecodeLayout& l, int32_t sm_count,
-                           int32_t ctas_per_sm);
-
 // Workspace bytes for the partial states (0 with one split).
 // Whole tiles of `bk` keys on the busiest of `sm_count` SMs when `keys` split `splits` ways
 // (the kernel's 16-key rounded chunks) for each of `ctas_per_split` (sequence, KV head, row

@@ -29,9 +29,9 @@ inline constexpr KvType kKSplitTypes[] = {
 // rows of pages shorter than a tile, copy_tile_paged): both K and V in this list. (f32's
 // two-n-tile twin spilled registers: f32 pages take the general path. fp8 rows are float rows at
 // half the bytes: on the general path, one run per page, pages of 16 took 1.3-1.6x the
-// contiguous time at 32K-1M.) gen_instances.py reads this list to write those instances (keep it
-// one line).
-inline constexpr KvType kPagedTwinTypes[] = {KvType::f16, KvType::bf16, KvType::fp8_e4m3, KvType::fp8_e5m2};
+// contiguous time at 32K-1M.) gen_instances.py reads this list to write those instances.
+inline constexpr KvType kPagedTwinTypes[] = {KvType::f16, KvType::bf16, KvType::fp8_e4m3,
+                                             KvType::fp8_e5m2};
 
 constexpr bool has_paged_twin(KvType k, KvType v) {
   bool kin = false, vin = false;
