@@ -241,8 +241,8 @@ Expected<RaggedBatch> parse_ragged(std::string_view flag, const std::string& tex
   if (text == "serving64") return serving_batch(64, 1024, 32768);
   if (text == "serving256") return serving_batch(256, 1024, 4096);
   constexpr std::string_view kAllowed =
-      "expected issue39, serving64, serving256 or QUERIES:TOKENS per sequence, comma-separated, 0 <= QUERIES <= TOKENS, "
-      "1 <= TOKENS";
+      "expected issue39, serving64, serving256 or QUERIES:TOKENS per sequence, "
+      "comma-separated, 0 <= QUERIES <= TOKENS, 1 <= TOKENS";
   RaggedBatch b;
   for (const std::string& item : tools::split(text, ',')) {
     const size_t colon = item.find(':');

@@ -59,8 +59,9 @@ struct ParseResult {
 // error prints one message naming the flag and what is allowed to `err`, exit code kExitUsage.
 ParseResult parse_options(int argc, const char* const* argv, std::ostream& out, std::ostream& err);
 
-// --ragged's value: "issue39" (issue39_batch()), "serving64" / "serving256" (serving_batch()) or a comma list of QUERIES:TOKENS per sequence,
-// e.g. "1:4096,512:8192,0:100", each 0 <= QUERIES <= TOKENS, TOKENS >= 1. The error names the flag.
+// --ragged's value: "issue39" (issue39_batch()), "serving64" / "serving256" (serving_batch()) or a
+// comma list of QUERIES:TOKENS per sequence, e.g. "1:4096,512:8192,0:100", each 0 <= QUERIES <=
+// TOKENS, TOKENS >= 1. The error names the flag.
 Expected<RaggedBatch> parse_ragged(std::string_view flag, const std::string& text);
 
 // The K/V pairs the type flags describe. Both given: every (k, v) pair. Only one given: the
