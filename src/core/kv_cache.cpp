@@ -6,18 +6,25 @@
 #include <utility>
 
 #include "core/backend.hpp"
+#include "core/field_error.hpp"
 
 namespace kvflash::gpu {
 namespace {
 
 constexpr size_t kAlign = 256;
 
+// A call on a KvCache that create() did not make (moved from, or default-constructed).
+Error not_created(const char* method) {
+  return field_error(fmt::format("KvCache::{}: cache", method), "empty", "was not created",
+                     "a cache from KvCache::create");
+}
+
 size_t round_up(size_t n, size_t to) {
   return (n + to - 1) / to * to;
 }
 
 Error field(const char* name, const std::string& value, const char* allowed) {
-  return invalid_argument(fmt::format("KvCacheConfig.{} = {}: allowed {}", name, value, allowed));
+  return field_error(fmt::format("KvCacheConfig.{}", name), value, "is not allowed", allowed);
 }
 
 Status validate_config(const KvCacheConfig& c) {
@@ -172,8 +179,9 @@ AttentionTensors KvCache::tensors(int32_t layer, const float* q, float* out) con
 }
 
 Status KvCache::begin_step(int32_t n_new, void* stream) {
-  if (lens_ == nullptr) return invalid_argument("KvCache::begin_step: the cache was not created");
-  if (n_new < 0) return invalid_argument(fmt::format("KvCache::begin_step: n_new = {} < 0", n_new));
+  if (lens_ == nullptr) return not_created("begin_step");
+  if (n_new < 0)
+    return field_error("KvCache::begin_step: n_new", std::to_string(n_new), "is negative", ">= 0");
   const DeviceServices* d = device_services();
   if (d == nullptr) return no_device_backend("KvCache::begin_step");
   return d->advance_lengths(lens_, cfg_.n_seqs, n_new, cfg_.capacity, flags_, stream);
@@ -181,13 +189,15 @@ Status KvCache::begin_step(int32_t n_new, void* stream) {
 
 Status KvCache::append(int32_t layer, const float* k_src, const float* v_src, int32_t n_new,
                        void* stream) {
-  if (lens_ == nullptr) return invalid_argument("KvCache::append: the cache was not created");
+  if (lens_ == nullptr) return not_created("append");
   if (layer < 0 || layer >= n_layers())
-    return invalid_argument(
-        fmt::format("KvCache::append: layer {} is outside 0 .. {}", layer, n_layers() - 1));
-  if (n_new < 0) return invalid_argument(fmt::format("KvCache::append: n_new = {} < 0", n_new));
+    return range_error("KvCache::append: layer", std::to_string(layer),
+                       fmt::format("0 .. {}", n_layers() - 1));
+  if (n_new < 0)
+    return field_error("KvCache::append: n_new", std::to_string(n_new), "is negative", ">= 0");
   if (n_new > 0 && (k_src == nullptr || v_src == nullptr))
-    return invalid_argument("KvCache::append: k and v must be device arrays of f32 rows");
+    return field_error("KvCache::append: k, v", "null", "with n_new > 0",
+                       "device arrays of f32 rows");
   const DeviceServices* d = device_services();
   if (d == nullptr) return no_device_backend("KvCache::append");
   const KvLayerTypes& t = cfg_.layers[size_t(layer)];
@@ -200,38 +210,38 @@ Status KvCache::append(int32_t layer, const float* k_src, const float* v_src, in
 }
 
 Status KvCache::set_lengths(std::span<const int64_t> lens, void* stream) {
-  if (lens_ == nullptr) return invalid_argument("KvCache::set_lengths: the cache was not created");
+  if (lens_ == nullptr) return not_created("set_lengths");
   if (lens.size() != size_t(cfg_.n_seqs))
-    return invalid_argument(
-        fmt::format("KvCache::set_lengths: {} lengths for {} sequences", lens.size(), cfg_.n_seqs));
+    return field_error("KvCache::set_lengths: lens.size()", std::to_string(lens.size()),
+                       "is not the number of sequences", std::to_string(cfg_.n_seqs));
   for (size_t s = 0; s < lens.size(); ++s)
     if (lens[s] < 0 || lens[s] > cfg_.capacity)
-      return invalid_argument(fmt::format(
-          "KvCache::set_lengths: length[{}] = {} is outside 0 .. {}", s, lens[s], cfg_.capacity));
+      return range_error(fmt::format("KvCache::set_lengths: lens[{}]", s), std::to_string(lens[s]),
+                         fmt::format("0 .. capacity = {}", cfg_.capacity));
   if (Status s = copy(lens_, lens.data(), lens.size_bytes(), stream); !s) return s;
   return synchronize(stream);
 }
 
 Status KvCache::set_page_table(std::span<const int32_t> table, void* stream) {
   if (pages_ == nullptr)
-    return invalid_argument("KvCache::set_page_table: the cache is contiguous (page_size 0)");
+    return field_error("KvCache::set_page_table: page_size", "0", "has no page table",
+                       "a paged cache");
   const size_t want = size_t(cfg_.n_seqs) * size_t(pages_per_seq_);
   if (table.size() != want)
-    return invalid_argument(fmt::format(
-        "KvCache::set_page_table: {} entries; the table is n_seqs x pages_per_seq = {} x {} = {}",
-        table.size(), cfg_.n_seqs, pages_per_seq_, want));
+    return field_error("KvCache::set_page_table: table.size()", std::to_string(table.size()),
+                       "is not n_seqs x pages_per_seq",
+                       fmt::format("{} x {} = {}", cfg_.n_seqs, pages_per_seq_, want));
   for (size_t i = 0; i < table.size(); ++i)
     if (table[i] < 0 || table[i] >= cfg_.n_pages)
-      return invalid_argument(
-          fmt::format("KvCache::set_page_table: entry {} = {} is outside 0 .. n_pages - 1 = {}", i,
-                      table[i], cfg_.n_pages - 1));
+      return range_error(fmt::format("KvCache::set_page_table: table[{}]", i),
+                         std::to_string(table[i]),
+                         fmt::format("0 .. n_pages - 1 = {}", cfg_.n_pages - 1));
   if (Status s = copy(pages_, table.data(), table.size_bytes(), stream); !s) return s;
   return synchronize(stream);
 }
 
 Expected<std::vector<int32_t>> KvCache::full_sequences(void* stream) const {
-  if (flags_ == nullptr)
-    return invalid_argument("KvCache::full_sequences: the cache was not created");
+  if (flags_ == nullptr) return not_created("full_sequences");
   std::vector<int32_t> flags(size_t(cfg_.n_seqs) + 1);
   if (Status s = copy(flags.data(), flags_, flags.size() * sizeof(int32_t), stream); !s)
     return s.error();
@@ -244,7 +254,7 @@ Expected<std::vector<int32_t>> KvCache::full_sequences(void* stream) const {
 }
 
 Status KvCache::clear_full(void* stream) {
-  if (flags_ == nullptr) return invalid_argument("KvCache::clear_full: the cache was not created");
+  if (flags_ == nullptr) return not_created("clear_full");
   if (Status s = fill(flags_, 0, (size_t(cfg_.n_seqs) + 1) * sizeof(int32_t), stream); !s) return s;
   return synchronize(stream);
 }

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <tuple>
 
+#include "core/field_error.hpp"
+
 namespace kvflash {
 namespace {
 
@@ -19,15 +21,6 @@ std::string allowed_head_dims() {
     s += hd.k == hd.v ? fmt::format("{}", hd.k) : fmt::format("{}/{}", hd.k, hd.v);
   }
   return s;
-}
-
-// The one message style of every validation error: "field=value problem (allowed: ...)".
-Error field_error(std::string_view field, const std::string& value, std::string_view problem,
-                  std::string_view allowed) {
-  return invalid_argument(fmt::format("{}={} {} (allowed: {})", field, value, problem, allowed));
-}
-Error range_error(std::string_view field, const std::string& value, std::string_view allowed) {
-  return field_error(field, value, "is out of range", allowed);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "kvflash/kv_cache.hpp"
 #include "kvflash/problem.hpp"
 
 namespace kvflash {
@@ -241,6 +242,29 @@ TEST(TensorValidation, KvLensAreCheckedOnTheHost) {
   EXPECT_THAT(validate_kv_lens(s.p, negative).message(),
               HasSubstr("kv_lens[1]=-1 is out of range (allowed: 0 .. kv_capacity=40)"));
   EXPECT_THAT(validate_kv_lens(s.p, too_long).message(), HasSubstr("kv_lens[0]=41"));
+}
+
+// The device KV cache's errors in the one style ("field=value problem (allowed: ...)"), the
+// method named first; checked without a device (config validation, a cache never created).
+TEST(TensorValidation, KvCacheErrorsUseTheOneMessageStyle) {
+  gpu::KvCacheConfig c;
+  c.n_seqs = 2;
+  c.n_kv_heads = 8;
+  c.head_dim = {128, 128};
+  c.capacity = 0;
+  c.layers = {{KvType::q8_0, KvType::q8_0}};
+  Expected<gpu::KvCacheBytes> b = gpu::kv_cache_bytes(c);
+  ASSERT_FALSE(b);
+  EXPECT_THAT(b.error().message,
+              HasSubstr("KvCacheConfig.capacity=0 is not allowed (allowed: 1 .."));
+  gpu::KvCache empty;
+  Status s = empty.append(0, nullptr, nullptr, 1, nullptr);
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().message,
+            "KvCache::append: cache=empty was not created (allowed: a cache from KvCache::create)");
+  s = empty.begin_step(-1, nullptr);
+  ASSERT_FALSE(s);
+  EXPECT_THAT(s.error().message, HasSubstr("KvCache::begin_step: cache=empty"));
 }
 
 }  // namespace
