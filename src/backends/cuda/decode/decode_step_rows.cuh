@@ -93,8 +93,13 @@ __device__ __forceinline__ void rows_as_m_step(const DecodeParams& p, RunState<2
           const uint4 w = k_frag_quant<KT>(krow[n], b, t);
           mma16816<kBfK>(sc[n], a0, w.x, w.y);
           mma16816<kBfK>(sc[n], a1, w.z, w.w);
+        } else if constexpr (KT == KvType::fp8_e4m3) {
+          // (e5m2 keeps k_values below: k_frag_fp8, or its bytes permuted into f16 alone,
+          // spilled its two-n-tile kernel at the 128-register bound)
+          const uint4 w = k_frag_fp8<KT>(krow[n], b, t);
+          mma16816<kBfK>(sc[n], a0, w.x, w.y);
+          mma16816<kBfK>(sc[n], a1, w.z, w.w);
         } else if constexpr (!is_rotated(KT)) {
-          // (f32, and fp8: k_frag_fp8 here spilled the e5m2 two-n-tile kernel at 128 registers)
           float x[8];
           k_values<KT>(krow[n], b, t, lut_k, x);
           mma16816<kBfK>(sc[n], a0, pack2<kBfK>(x[0], x[1]), pack2<kBfK>(x[2], x[3]));
