@@ -12,11 +12,16 @@ fi
 a=$1 b=$2 rounds=$3
 shift 3
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
 # Which binary goes first alternates by round (A B, B A, ...): on this host the first of two
 # back-to-back runs was 2-6% slower in an A/A test (the same binary on both sides), a bias that a
 # fixed order adds to every ratio. Use an even number of rounds.
-run() { "$2" "${@:3}" -o csv --no-progress 2>/dev/null | tail -n +2 | sed "s/^/$1,/" >>"$out"; }
+hdr=$(mktemp)
+trap 'rm -f "$out" "$hdr" "$hdr.run"' EXIT
+run() {  # SIDE BIN ARGS...: rows prefixed with the side; the header (by which columns are read) kept
+  "$2" "${@:3}" -o csv --no-progress 2>/dev/null > "$hdr.run"
+  head -n 1 "$hdr.run" > "$hdr"
+  tail -n +2 "$hdr.run" | sed "s/^/$1,/" >> "$out"
+}
 for ((i = 0; i < rounds; ++i)); do
   if ((i % 2 == 0)); then
     run A "$a" "$@"
@@ -26,19 +31,19 @@ for ((i = 0; i < rounds; ++i)); do
     run A "$a" "$@"
   fi
 done
-python3 - "$out" <<'PY'
+python3 - "$out" "$hdr" <<'PY'
 import collections, csv, statistics, sys
-cols = "backend,kernel,cpu_info,k_type,v_type,n_q_heads,n_kv_heads,head_dim_k,head_dim_v,batch,depth,n_q,test,threads".split(",")
+names = ["side"] + open(sys.argv[2]).read().strip().split(",")
 t = collections.defaultdict(lambda: {"A": [], "B": []})
 gb = collections.defaultdict(lambda: {"A": [], "B": []})
 for r in csv.reader(open(sys.argv[1])):
-    side, rest = r[0], r[1:]
-    key = (rest[3], rest[4], rest[10], rest[11], rest[13])
-    t[key][side].append(float(rest[16]))
-    gb[key][side].append(float(rest[20]))
-print(f"{'K':7} {'V':7} {'depth':>8} {'n':>2} {'thr':>3} {'A us':>9} {'B us':>9} {'B/A':>6} {'A GB/s':>7} {'B GB/s':>7}")
+    row = dict(zip(names, r))
+    key = (row["k_type"], row["v_type"], row["depth"], row["n_q"], row["threads"], row["test"])
+    t[key][row["side"]].append(float(row["us_median"]))
+    gb[key][row["side"]].append(float(row["gbps"]))
+print(f"{'K':7} {'V':7} {'depth':>8} {'n':>2} {'thr':>3} {'call':16} {'A us':>9} {'B us':>9} {'B/A':>6} {'A GB/s':>7} {'B GB/s':>7}")
 for key, v in t.items():
     a, b = statistics.median(v["A"]), statistics.median(v["B"])
     ga, gbb = statistics.median(gb[key]["A"]), statistics.median(gb[key]["B"])
-    print(f"{key[0]:7} {key[1]:7} {key[2]:>8} {key[3]:>2} {key[4]:>3} {a:9.1f} {b:9.1f} {b / a:6.3f} {ga:7.2f} {gbb:7.2f}")
+    print(f"{key[0]:7} {key[1]:7} {key[2]:>8} {key[3]:>2} {key[4]:>3} {key[5]:16} {a:9.1f} {b:9.1f} {b / a:6.3f} {ga:7.2f} {gbb:7.2f}")
 PY
