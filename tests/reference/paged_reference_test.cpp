@@ -170,10 +170,11 @@ double nmse(const std::vector<float>& got, const std::vector<double>& ref) {
   return e / n;
 }
 
-// Every CPU kernel of this machine reads shuffled pages (pages of 1, 7 and 16 keys gathered into
-// whole chunks, pages of 100 in runs inside one page) as accurately as the contiguous cache
-// (against the float64 reference); decode and prefill-sized calls, splits included; an entry
-// outside the pool is refused with its place named.
+// Every CPU kernel of this machine reads shuffled pages (pages of a multiple of 16 keys in place:
+// 16, 32 and 48 by a page-table lookup per 16 keys, 64 as whole chunks; pages of 1, 7 and 100
+// keys gathered into whole chunks) as accurately as the contiguous cache (against the float64
+// reference); decode and prefill-sized calls, splits included; an entry outside the pool is
+// refused with its place named.
 TEST(PagedCpuKernels, ShuffledPagesGiveTheContiguousResult) {
   std::vector<std::string> kernels;
   for (const KernelCandidate& k : kernel_candidates())
@@ -212,7 +213,7 @@ TEST(PagedCpuKernels, ShuffledPagesGiveTheContiguousResult) {
         ASSERT_TRUE(reference_attention(p, t, ref.data()).ok());
         std::vector<uint8_t> ws(contiguous->workspace_bytes);
         ASSERT_TRUE(run(*contiguous, t, ws.data()).ok());
-        for (int32_t page_size : {1, 7, 16, 100}) {
+        for (int32_t page_size : {1, 7, 16, 32, 48, 64, 100}) {
           SCOPED_TRACE(name + " " + describe(p) + " page_size=" + std::to_string(page_size));
           AttentionProblem pp = p;
           pp.page_size = page_size;

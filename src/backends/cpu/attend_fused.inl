@@ -65,25 +65,25 @@ template <KvType T>
   }
 }
 
-// Raw scores of R rows (q rows dk apart) against keys 0 .. n-1 of rows `stride` bytes apart,
+// Raw scores of R rows (q rows dk apart) against keys 0 .. n-1 of the chunk's rows k,
 // J = 16 / R keys at a time; keys n .. kKeyChunk-1 repeat key n-1 (hidden later). Row r's scores
 // land at out[r * kKeyChunk + key].
 // The next chunk's rows are prefetched along the way, J of each per step (see Prefetch).
-template <KvType T, int R>
-void score_fused(const float* q, int32_t dk, const uint8_t* k, int64_t stride, int32_t n,
-                 const float* table, float* out, const Prefetch& pf) {
+template <KvType T, int R, class Rows>
+void score_fused(const float* q, int32_t dk, Rows k, int32_t n, const float* table, float* out,
+                 const Prefetch<Rows>& pf) {
   constexpr int J = kLanes / R;
   const int32_t n_units = dk / 32;
   for (int32_t k0 = 0; k0 < kKeyChunk; k0 += J) {
     const uint8_t* rows[J];
 #pragma GCC unroll 16
-    for (int j = 0; j < J; ++j) rows[j] = k + std::min(k0 + j, n - 1) * stride;
+    for (int j = 0; j < J; ++j) rows[j] = k.row(std::min(k0 + j, n - 1));
     v16 acc[kLanes] = {};
     for (int32_t u = 0; u < n_units; ++u) {
       // This step's J prefetches spread over its units, a burst fills the miss queue.
       for (int32_t j = k0 + u; j < std::min(k0 + J, pf.n); j += n_units) {
-        prefetch_lines(pf.k + j * pf.k_stride, pf.k_bytes);
-        prefetch_lines(pf.v + j * pf.v_stride, pf.v_bytes);
+        prefetch_lines(pf.k.row(j), pf.k_bytes);
+        prefetch_lines(pf.v.row(j), pf.v_bytes);
       }
       v16 qa[R], qb[R];
 #pragma GCC unroll 4
@@ -110,11 +110,10 @@ void score_fused(const float* q, int32_t dk, const uint8_t* k, int64_t stride, i
 }
 
 // o[r] += sum_j w[r][j] * V[j] for R rows (w rows kKeyChunk apart, o rows dv apart) over keys
-// 0 .. n-1 of rows `stride` bytes apart, dv in blocks of 2 * U2 vectors whose R * 2 * U2
+// 0 .. n-1 of the chunk's rows v, dv in blocks of 2 * U2 vectors whose R * 2 * U2
 // accumulators stay in registers across the keys.
-template <KvType T, int R>
-void pv_fused(const float* w, const uint8_t* v, int64_t stride, int32_t n, int32_t dv,
-              const float* table, float* o) {
+template <KvType T, int R, class Rows>
+void pv_fused(const float* w, Rows v, int32_t n, int32_t dv, const float* table, float* o) {
   constexpr int U2 = R == 4 ? 2 : 4;  // 32-value units per block
   int32_t u0 = 0;
   for (; u0 < dv / 32; u0 += U2) {
@@ -126,19 +125,22 @@ void pv_fused(const float* w, const uint8_t* v, int64_t stride, int32_t n, int32
 #pragma GCC unroll 8
       for (int x = 0; x < 2 * U2; ++x)
         acc[r][x] = load(o + static_cast<int64_t>(r) * dv + 32 * u0 + x * kLanes);
-    for (int32_t j = 0; j < n; ++j) {
-      const uint8_t* row = v + j * stride;
-      v16 wj[R];
+    for (int32_t j0 = 0, j1; j0 < n; j0 = j1) {
+      j1 = v.run_end(j0, n);
+      const uint8_t* row = v.row(j0);
+      for (int32_t j = j0; j < j1; ++j, row += v.stride) {
+        v16 wj[R];
 #pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) wj[r] = splat(w[r * kKeyChunk + j]);
+        for (int r = 0; r < R; ++r) wj[r] = splat(w[r * kKeyChunk + j]);
 #pragma GCC unroll 4
-      for (int x = 0; x < U2; ++x) {
-        v16 a, b;
-        unit<T>(row, u0 + x, table, a, b);
+        for (int x = 0; x < U2; ++x) {
+          v16 a, b;
+          unit<T>(row, u0 + x, table, a, b);
 #pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) {
-          acc[r][2 * x] += wj[r] * a;
-          acc[r][2 * x + 1] += wj[r] * b;
+          for (int r = 0; r < R; ++r) {
+            acc[r][2 * x] += wj[r] * a;
+            acc[r][2 * x + 1] += wj[r] * b;
+          }
         }
       }
     }
@@ -155,13 +157,17 @@ void pv_fused(const float* w, const uint8_t* v, int64_t stride, int32_t n, int32
       acc[r][0] = load(o + static_cast<int64_t>(r) * dv + 32 * u0);
       acc[r][1] = load(o + static_cast<int64_t>(r) * dv + 32 * u0 + kLanes);
     }
-    for (int32_t j = 0; j < n; ++j) {
-      v16 a, b;
-      unit<T>(v + j * stride, u0, table, a, b);
-      for (int r = 0; r < R; ++r) {
-        const v16 wj = splat(w[r * kKeyChunk + j]);
-        acc[r][0] += wj * a;
-        acc[r][1] += wj * b;
+    for (int32_t j0 = 0, j1; j0 < n; j0 = j1) {
+      j1 = v.run_end(j0, n);
+      const uint8_t* row = v.row(j0);
+      for (int32_t j = j0; j < j1; ++j, row += v.stride) {
+        v16 a, b;
+        unit<T>(row, u0, table, a, b);
+        for (int r = 0; r < R; ++r) {
+          const v16 wj = splat(w[r * kKeyChunk + j]);
+          acc[r][0] += wj * a;
+          acc[r][1] += wj * b;
+        }
       }
     }
     for (int r = 0; r < R; ++r) {
@@ -203,20 +209,20 @@ template <int Bits>
   }
 }
 
-template <int Bits, int R>
-void score_turbo(const float* q, int32_t dk, const uint8_t* k, int64_t stride, int32_t n,
-                 const float* table, float* out, const Prefetch& pf) {
+template <int Bits, int R, class Rows>
+void score_turbo(const float* q, int32_t dk, Rows k, int32_t n, const float* table, float* out,
+                 const Prefetch<Rows>& pf) {
   using Block = TurboBlock<Bits>;
   constexpr int J = kLanes / R;
   const v16 tab = load(table);
   for (int32_t k0 = 0; k0 < kKeyChunk; k0 += J) {
     for (int32_t j = k0; j < std::min(k0 + J, pf.n); ++j) {
-      prefetch_lines(pf.k + j * pf.k_stride, pf.k_bytes);
-      prefetch_lines(pf.v + j * pf.v_stride, pf.v_bytes);
+      prefetch_lines(pf.k.row(j), pf.k_bytes);
+      prefetch_lines(pf.v.row(j), pf.v_bytes);
     }
     const uint8_t* rows[J];
 #pragma GCC unroll 16
-    for (int j = 0; j < J; ++j) rows[j] = k + std::min(k0 + j, n - 1) * stride;
+    for (int j = 0; j < J; ++j) rows[j] = k.row(std::min(k0 + j, n - 1));
     v16 acc[kLanes] = {};
     for (int32_t g = 0; g < dk / kTurboValues; ++g) {
 #pragma GCC unroll 16
@@ -244,9 +250,8 @@ void score_turbo(const float* q, int32_t dk, const uint8_t* k, int64_t stride, i
   }
 }
 
-template <int Bits, int R>
-void pv_turbo(const float* w, const uint8_t* v, int64_t stride, int32_t n, int32_t dv,
-              const float* table, float* o) {
+template <int Bits, int R, class Rows>
+void pv_turbo(const float* w, Rows v, int32_t n, int32_t dv, const float* table, float* o) {
   using Block = TurboBlock<Bits>;
   const v16 tab = load(table);
   // Blocks of half a group (4 vectors): R * 4 accumulators (8 for R = 1 with both halves).
@@ -260,15 +265,19 @@ void pv_turbo(const float* w, const uint8_t* v, int64_t stride, int32_t n, int32
 #pragma GCC unroll 4
         for (int i = 0; i < 4; ++i)
           acc[r][i] = load(ob + static_cast<int64_t>(r) * dv + i * kLanes);
-      for (int32_t j = 0; j < n; ++j) {
-        const uint8_t* blk = v + j * stride + g * sizeof(Block);
-        v16 vv[4];
-        turbo_half<Bits>(blk, h, tab * half_to_float1(read_u16(blk)), vv);
+      for (int32_t j0 = 0, j1; j0 < n; j0 = j1) {
+        j1 = v.run_end(j0, n);
+        const uint8_t* row = v.row(j0);
+        for (int32_t j = j0; j < j1; ++j, row += v.stride) {
+          const uint8_t* blk = row + g * sizeof(Block);
+          v16 vv[4];
+          turbo_half<Bits>(blk, h, tab * half_to_float1(read_u16(blk)), vv);
 #pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) {
-          const v16 wj = splat(w[r * kKeyChunk + j]);
+          for (int r = 0; r < R; ++r) {
+            const v16 wj = splat(w[r * kKeyChunk + j]);
 #pragma GCC unroll 4
-          for (int i = 0; i < 4; ++i) acc[r][i] += wj * vv[i];
+            for (int i = 0; i < 4; ++i) acc[r][i] += wj * vv[i];
+          }
         }
       }
 #pragma GCC unroll 4
@@ -280,60 +289,61 @@ void pv_turbo(const float* w, const uint8_t* v, int64_t stride, int32_t n, int32
   }
 }
 
-using ScoreFused = void (*)(const float*, int32_t, const uint8_t*, int64_t, int32_t, const float*,
-                            float*, const Prefetch&);
-using PvFused = void (*)(const float*, const uint8_t*, int64_t, int32_t, int32_t, const float*,
-                         float*);
+template <class Rows>
+using ScoreFused = void (*)(const float*, int32_t, Rows, int32_t, const float*, float*,
+                            const Prefetch<Rows>&);
+template <class Rows>
+using PvFused = void (*)(const float*, Rows, int32_t, int32_t, const float*, float*);
 
-template <int R>
-ScoreFused pick_score_fused(KvType t) {
+template <int R, class Rows>
+ScoreFused<Rows> pick_score_fused(KvType t) {
   switch (t) {
     case KvType::f32:
-      return score_fused<KvType::f32, R>;
+      return score_fused<KvType::f32, R, Rows>;
     case KvType::f16:
-      return score_fused<KvType::f16, R>;
+      return score_fused<KvType::f16, R, Rows>;
     case KvType::bf16:
-      return score_fused<KvType::bf16, R>;
+      return score_fused<KvType::bf16, R, Rows>;
     case KvType::q8_0:
-      return score_fused<KvType::q8_0, R>;
+      return score_fused<KvType::q8_0, R, Rows>;
     case KvType::q4_0:
-      return score_fused<KvType::q4_0, R>;
+      return score_fused<KvType::q4_0, R, Rows>;
     case KvType::turbo2:
-      return score_turbo<2, R>;
+      return score_turbo<2, R, Rows>;
     case KvType::turbo3:
-      return score_turbo<3, R>;
+      return score_turbo<3, R, Rows>;
     case KvType::turbo4:
-      return score_turbo<4, R>;
+      return score_turbo<4, R, Rows>;
     case KvType::fp8_e4m3:
-      return score_fused<KvType::fp8_e4m3, R>;
+      return score_fused<KvType::fp8_e4m3, R, Rows>;
     case KvType::fp8_e5m2:
-      return score_fused<KvType::fp8_e5m2, R>;
+      return score_fused<KvType::fp8_e5m2, R, Rows>;
   }
   return nullptr;
 }
-template <int R>
-PvFused pick_pv_fused(KvType t) {
+template <int R, class Rows>
+PvFused<Rows> pick_pv_fused(KvType t) {
   switch (t) {
     case KvType::f32:
-      return pv_fused<KvType::f32, R>;
+      return pv_fused<KvType::f32, R, Rows>;
     case KvType::f16:
-      return pv_fused<KvType::f16, R>;
+      return pv_fused<KvType::f16, R, Rows>;
     case KvType::bf16:
-      return pv_fused<KvType::bf16, R>;
+      return pv_fused<KvType::bf16, R, Rows>;
     case KvType::q8_0:
-      return pv_fused<KvType::q8_0, R>;
+      return pv_fused<KvType::q8_0, R, Rows>;
     case KvType::q4_0:
-      return pv_fused<KvType::q4_0, R>;
+      return pv_fused<KvType::q4_0, R, Rows>;
     case KvType::turbo2:
-      return pv_turbo<2, R>;
+      return pv_turbo<2, R, Rows>;
     case KvType::turbo3:
-      return pv_turbo<3, R>;
+      return pv_turbo<3, R, Rows>;
     case KvType::turbo4:
-      return pv_turbo<4, R>;
+      return pv_turbo<4, R, Rows>;
     case KvType::fp8_e4m3:
-      return pv_fused<KvType::fp8_e4m3, R>;
+      return pv_fused<KvType::fp8_e4m3, R, Rows>;
     case KvType::fp8_e5m2:
-      return pv_fused<KvType::fp8_e5m2, R>;
+      return pv_fused<KvType::fp8_e5m2, R, Rows>;
   }
   return nullptr;
 }

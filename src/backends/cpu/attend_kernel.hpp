@@ -18,9 +18,14 @@ inline constexpr int32_t kKeyChunk = 64;
 // Every head dim of the supported space (and its turbo padding) is a multiple of this: the
 // kernel's vectors are this wide.
 inline constexpr int32_t kLanes = 16;
+// Paged caches whose pages hold a multiple of this many keys are read in place: a chunk inside
+// one page as a contiguous one (pages of a multiple of kKeyChunk), else its rows from the page
+// table in groups of this many keys (no group crosses a page); other page sizes are gathered
+// into staging rows first (attend_gather_bytes).
+inline constexpr int32_t kRowGroup = 16;
 
 // One call covers n_heads KV heads of one sequence over keys [kv_begin, kv_end), walked in blocks
-// of block_keys tokens, every head within a block (paged: blocks cut at page boundaries too).
+// of block_keys tokens (kKeyChunk; kv_begin a multiple of it), every head within a block.
 // Per-head data sits at fixed strides from the head-0 pointers below.
 struct AttendParams {
   KvType k_type, v_type;
@@ -37,7 +42,7 @@ struct AttendParams {
   int32_t n_heads;
   int64_t block_keys;
   int64_t kv_begin, kv_end;  // key positions [begin, end)
-  int64_t prefetch_end;      // set by attend() per block: keys up to here may be prefetched
+  int64_t prefetch_end;      // keys up to here may be prefetched
 
   int32_t n_rows;  // query rows: row r is query token r / group, head (kv_head*group + r % group)
   int32_t group;
@@ -64,17 +69,12 @@ struct AttendParams {
   const int32_t* k_pages;
   const int32_t* v_pages;
   int64_t k_page_stride, v_page_stride;
-  // Set by attend() per run of a paged call: the first rows of the keys that follow the run (in
-  // the next page), prefetched during the run's last chunk; next_keys 0: none.
-  const uint8_t* k_next;
-  const uint8_t* v_next;
-  int32_t next_keys;
 };
 
-// Bytes of the staging rows of a paged call whose pages hold fewer keys than a chunk: each head's
-// rows of a chunk are gathered there from their pages, so that the chunk is whole (page 16 in
-// runs of 16 keys took 1.8-2.7x the time of a contiguous cache); 0 where the pages are read in
-// place (contiguous caches, pages of kKeyChunk keys or more).
+// Bytes of the staging rows of a paged call whose pages are not a multiple of kRowGroup keys
+// (1, 7, 100, ...): each head's rows of a chunk are gathered there from their pages, so that the
+// chunk is whole; 0 where the pages are read in place (contiguous caches, pages of a multiple of
+// kRowGroup keys).
 int64_t attend_gather_bytes(KvType k, KvType v, int32_t dk_row, int32_t dv_row, int32_t page_size);
 
 // Floats of scratch one call needs (the staging rows of attend_gather_bytes included).

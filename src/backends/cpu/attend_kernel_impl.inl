@@ -19,6 +19,7 @@
 #endif
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -229,9 +230,9 @@ inline v16 fp8_to_float(const uint8_t* p) {
     return (v16)_mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_slli_epi32(c, 8)));
   } else {
     const __m512i mag = _mm512_and_si512(c, _mm512_set1_epi32(0x7F));
-    const __m512i h = _mm512_or_si512(
-        _mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x80)), 8),
-        _mm512_slli_epi32(mag, 7));
+    const __m512i h =
+        _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x80)), 8),
+                        _mm512_slli_epi32(mag, 7));
     const __m512 f =
         _mm512_mul_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)), _mm512_set1_ps(256.0f));
     const __mmask16 nan = _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7F));
@@ -323,13 +324,49 @@ template <int Bits>
   }
 }
 
+// Where the stored rows of one chunk's keys are, in two forms with one interface (row(j): key j's
+// row; from(j): the view that starts at key j; run_end(j, n): the end of the run of rows one
+// stride apart that holds key j, at most n: the loops over keys walk runs by stride steps). The
+// kernel's readers are compiled for each form (attend picks one per call): StridedRows: every row
+// one stride from the one before (a contiguous cache, a chunk inside one page, the gathered staging
+// rows): the addressing of a plain strided loop.
+struct StridedRows {
+  const uint8_t* base = nullptr;
+  int64_t stride = 0;
+  const uint8_t* row(int32_t j) const { return base + j * stride; }
+  StridedRows from(int32_t j) const { return {row(j), stride}; }
+  int32_t run_end(int32_t, int32_t n) const { return n; }
+};
+// GroupedRows: groups of kRowGroup keys, each group's rows one stride apart from group[g], the
+// groups from the page table, one lookup per group (pages of a multiple of kRowGroup keys shorter
+// than a chunk, chunks starting at multiples of kRowGroup: no group crosses a page). Key j of the
+// chunk is key first + j of the groups.
+struct GroupedRows {
+  const uint8_t* group[kKeyChunk / kRowGroup] = {};
+  int64_t stride = 0;
+  int32_t first = 0;
+  const uint8_t* row(int32_t j) const {
+    const auto k = static_cast<uint32_t>(first + j);
+    return group[k / kRowGroup] + static_cast<int64_t>(k % kRowGroup) * stride;
+  }
+  GroupedRows from(int32_t j) const {
+    GroupedRows r = *this;
+    r.first += j;
+    return r;
+  }
+  int32_t run_end(int32_t j, int32_t n) const {
+    const auto k = static_cast<uint32_t>(first + j);
+    return std::min<int32_t>(n, j + kRowGroup - static_cast<int32_t>(k % kRowGroup));
+  }
+};
+
 // Rows to prefetch while a tile is dequantized: the next chunk's K and V rows, one of each per
 // dequantized row, into L2 (a burst of prefetches fills the miss queue and stalls).
+template <class Rows>
 struct Prefetch {
-  const uint8_t* k;
-  const uint8_t* v;
-  int64_t k_stride, v_stride, k_bytes, v_bytes;
-  int32_t n;  // rows to prefetch
+  Rows k, v;
+  int64_t k_bytes = 0, v_bytes = 0;
+  int32_t n = 0;  // rows to prefetch
 };
 
 // Lines from the row's first byte in 64-byte steps: with rows packed token after token, the line
@@ -341,45 +378,50 @@ inline void prefetch_lines(const uint8_t* row, int64_t bytes) {
   for (int64_t b = 0; b < bytes; b += kLine) __builtin_prefetch(row + b, 0, 2);
 }
 
-// A tile of n_rows rows (n stored values each) from rows `stride` bytes apart: one call per
-// tile, the row decoder inlined.
-// Row j's vectors go to dst + j * row_step + k * vs (k-th 16-value vector).
-template <void (*Row)(const uint8_t*, int32_t, float*, int32_t, const float*)>
-void deq_rows(const uint8_t* src, int64_t stride, int32_t n_rows, int32_t n, float* dst,
-              int32_t row_step, int32_t vs, const float* table, const Prefetch& pf) {
-  for (int32_t j = 0; j < n_rows; ++j) {
-    if (j < pf.n) {
-      prefetch_lines(pf.k + j * pf.k_stride, pf.k_bytes);
-      prefetch_lines(pf.v + j * pf.v_stride, pf.v_bytes);
+// A tile of n_rows rows (n stored values each) of a chunk: one call per tile, the row decoder
+// inlined. Row j's vectors go to dst + j * row_step + k * vs (k-th 16-value vector).
+template <void (*Row)(const uint8_t*, int32_t, float*, int32_t, const float*), class Rows>
+void deq_rows(Rows src, int32_t n_rows, int32_t n, float* dst, int32_t row_step, int32_t vs,
+              const float* table, const Prefetch<Rows>& pf) {
+  for (int32_t j0 = 0, j1; j0 < n_rows; j0 = j1) {
+    j1 = src.run_end(j0, n_rows);
+    const uint8_t* row = src.row(j0);
+    for (int32_t j = j0; j < j1; ++j, row += src.stride) {
+      if (j < pf.n) {
+        prefetch_lines(pf.k.row(j), pf.k_bytes);
+        prefetch_lines(pf.v.row(j), pf.v_bytes);
+      }
+      Row(row, n, dst + static_cast<int64_t>(j) * row_step, vs, table);
     }
-    Row(src + j * stride, n, dst + static_cast<int64_t>(j) * row_step, vs, table);
   }
 }
 
-using Dequant = void (*)(const uint8_t*, int64_t, int32_t, int32_t, float*, int32_t, int32_t,
-                         const float*, const Prefetch&);
-Dequant pick_dequant(KvType t) {
+template <class Rows>
+using Dequant = void (*)(Rows, int32_t, int32_t, float*, int32_t, int32_t, const float*,
+                         const Prefetch<Rows>&);
+template <class Rows>
+Dequant<Rows> pick_dequant(KvType t) {
   switch (t) {
     case KvType::f32:
-      return deq_rows<deq_f32>;
+      return deq_rows<deq_f32, Rows>;
     case KvType::f16:
-      return deq_rows<deq_f16>;
+      return deq_rows<deq_f16, Rows>;
     case KvType::bf16:
-      return deq_rows<deq_bf16>;
+      return deq_rows<deq_bf16, Rows>;
     case KvType::q8_0:
-      return deq_rows<deq_q8_0>;
+      return deq_rows<deq_q8_0, Rows>;
     case KvType::q4_0:
-      return deq_rows<deq_q4_0>;
+      return deq_rows<deq_q4_0, Rows>;
     case KvType::turbo2:
-      return deq_rows<deq_turbo<2>>;
+      return deq_rows<deq_turbo<2>, Rows>;
     case KvType::turbo3:
-      return deq_rows<deq_turbo<3>>;
+      return deq_rows<deq_turbo<3>, Rows>;
     case KvType::turbo4:
-      return deq_rows<deq_turbo<4>>;
+      return deq_rows<deq_turbo<4>, Rows>;
     case KvType::fp8_e4m3:
-      return deq_rows<deq_fp8<KvType::fp8_e4m3>>;
+      return deq_rows<deq_fp8<KvType::fp8_e4m3>, Rows>;
     case KvType::fp8_e5m2:
-      return deq_rows<deq_fp8<KvType::fp8_e5m2>>;
+      return deq_rows<deq_fp8<KvType::fp8_e5m2>, Rows>;
   }
   return nullptr;
 }
@@ -504,21 +546,22 @@ template <int R>
 namespace {
 
 // What stays the same for every head and block of one call.
+template <class Rows>
 struct Context {
-  Dequant deq_k, deq_v;
+  Dequant<Rows> deq_k, deq_v;
   CentroidTable ck, cv;
   // The fused path (no tiles), where it applies: 1, 2 or 4 rows, whole 32-value units.
-  ScoreFused score = nullptr;
-  PvFused pv = nullptr;
+  ScoreFused<Rows> score = nullptr;
+  PvFused<Rows> pv = nullptr;
 #if defined(__AVX512VNNI__)
   // turbo K / V in int16 on the fused path (replacing score / pv where set).
-  ScoreVnni score_vnni = nullptr;
-  PvVnni pv_vnni = nullptr;
+  ScoreVnni<Rows> score_vnni = nullptr;
+  PvVnni<Rows> pv_vnni = nullptr;
   TurboInt tk, tv;
 #endif
   explicit Context(const AttendParams& p)
-      : deq_k(pick_dequant(p.k_type)),
-        deq_v(pick_dequant(p.v_type)),
+      : deq_k(pick_dequant<Rows>(p.k_type)),
+        deq_v(pick_dequant<Rows>(p.v_type)),
         ck(p.k_type),
         cv(p.v_type)
 #if defined(__AVX512VNNI__)
@@ -529,37 +572,38 @@ struct Context {
   {
     if (p.dk % 32 != 0 || p.dv % 32 != 0) return;
     if (p.n_rows == 1) {
-      score = pick_score_fused<1>(p.k_type);
-      pv = pick_pv_fused<1>(p.v_type);
+      score = pick_score_fused<1, Rows>(p.k_type);
+      pv = pick_pv_fused<1, Rows>(p.v_type);
     } else if (p.n_rows == 2) {
-      score = pick_score_fused<2>(p.k_type);
-      pv = pick_pv_fused<2>(p.v_type);
+      score = pick_score_fused<2, Rows>(p.k_type);
+      pv = pick_pv_fused<2, Rows>(p.v_type);
     } else if (p.n_rows == 4) {
-      score = pick_score_fused<4>(p.k_type);
-      pv = pick_pv_fused<4>(p.v_type);
+      score = pick_score_fused<4, Rows>(p.k_type);
+      pv = pick_pv_fused<4, Rows>(p.v_type);
     }
 #if defined(__AVX512VNNI__)
     if (p.n_rows == 1) {
-      score_vnni = pick_score_vnni<1>(p.k_type);
-      pv_vnni = pick_pv_vnni<1>(p.v_type);
+      score_vnni = pick_score_vnni<1, Rows>(p.k_type);
+      pv_vnni = pick_pv_vnni<1, Rows>(p.v_type);
     } else if (p.n_rows == 2) {
-      score_vnni = pick_score_vnni<2>(p.k_type);
-      pv_vnni = pick_pv_vnni<2>(p.v_type);
+      score_vnni = pick_score_vnni<2, Rows>(p.k_type);
+      pv_vnni = pick_pv_vnni<2, Rows>(p.v_type);
     } else if (p.n_rows == 4) {
-      score_vnni = pick_score_vnni<4>(p.k_type);
-      pv_vnni = pick_pv_vnni<4>(p.v_type);
+      score_vnni = pick_score_vnni<4, Rows>(p.k_type);
+      pv_vnni = pick_pv_vnni<4, Rows>(p.v_type);
     }
 #endif
   }
 };
 
-// P * V for keys [a, b) of the chunk at c0, every row: the fused path reads the V rows itself,
-// the tile path reads the dequantized tile (row j at vtile + j * dv).
-void pv_keys(const AttendParams& p, const Context& ctx, const float* probs, const float* vtile,
-             int64_t c0, int32_t a, int32_t b) {
+// P * V for keys [a, b) of the chunk (V rows vrows), every row: the fused path reads the V rows
+// itself, the tile path reads the dequantized tile (row j at vtile + j * dv).
+template <class Rows>
+void pv_keys(const AttendParams& p, const Context<Rows>& ctx, const float* probs,
+             const float* vtile, Rows vrows, int32_t a, int32_t b) {
   const int32_t dv = p.dv;
   if (ctx.pv) {
-    ctx.pv(probs + a, p.v + (c0 + a) * p.v_stride, p.v_stride, b - a, dv, ctx.cv.c, p.o);
+    ctx.pv(probs + a, vrows.from(a), b - a, dv, ctx.cv.c, p.o);
     return;
   }
   const float* vt = vtile + static_cast<int64_t>(a) * dv;
@@ -591,21 +635,21 @@ inline bool finite_row(const float* v, int32_t dv) {
 // of weight 0 in some rows included when its V row is finite (0 * V adds exactly nothing then:
 // the diagonal of a causal prefill stays on the fast path); only a non-finite V row of such a key
 // is added row by row to the rows that weigh it.
-void pv_chunk(const AttendParams& p, const Context& ctx, const float* probs, float* vtile,
-              int64_t c0, int32_t n) {
+template <class Rows>
+void pv_chunk(const AttendParams& p, const Context<Rows>& ctx, const float* probs, float* vtile,
+              Rows vrows, int32_t n) {
   int32_t zeros[kKeyChunk] = {};  // rows that give key j weight 0
   for (int32_t r = 0; r < p.n_rows; ++r)
     for (int32_t j = 0; j < kKeyChunk; ++j) zeros[j] += probs[r * kKeyChunk + j] == 0.0f;
   int32_t any = 0;
   for (int32_t j = 0; j < n; ++j) any |= zeros[j];
-  if (any == 0) return pv_keys(p, ctx, probs, vtile, c0, 0, n);
+  if (any == 0) return pv_keys(p, ctx, probs, vtile, vrows, 0, n);
   const int32_t dv = p.dv;
   // Key j's V row: in the tile, or dequantized into vtile (the fused path reads its V rows per
   // key and has no tile, so vtile is free there).
   const auto v_row = [&](int32_t j) -> const float* {
     if (!ctx.pv) return vtile + static_cast<int64_t>(j) * dv;
-    ctx.deq_v(p.v + (c0 + j) * p.v_stride, p.v_stride, 1, dv, vtile, dv, kLanes, ctx.cv.c,
-              Prefetch{});
+    ctx.deq_v(vrows.from(j), 1, dv, vtile, dv, kLanes, ctx.cv.c, Prefetch<Rows>{});
     return vtile;
   };
   const auto fast = [&](int32_t j) {
@@ -619,7 +663,7 @@ void pv_chunk(const AttendParams& p, const Context& ctx, const float* probs, flo
     int32_t e = j;
     while (e < n && fast(e)) ++e;
     if (e > j) {
-      pv_keys(p, ctx, probs, vtile, c0, j, e);
+      pv_keys(p, ctx, probs, vtile, vrows, j, e);
       j = e;
       continue;
     }
@@ -634,11 +678,38 @@ void pv_chunk(const AttendParams& p, const Context& ctx, const float* probs, flo
   }
 }
 
+// The rows of keys c0 .. c0 + kKeyChunk - 1 of one head of a tensor (base: the head's row of key
+// 0, or of page 0 of a paged pool; c0 a multiple of kKeyChunk), the page table read only for keys
+// below end. Strided: contiguous, or a chunk inside one page (pages of a multiple of kKeyChunk).
+// Grouped: one lookup per kRowGroup keys; the groups from end on repeat the one before (their
+// rows are never read).
+template <class Rows>
+Rows chunk_rows(const AttendParams& p, const uint8_t* base, int64_t stride, const int32_t* pages,
+                int64_t page_stride, int64_t c0, int64_t end) {
+  const auto at = [&](int64_t key) {
+    if (p.page_size == 0) return base + key * stride;
+    const int64_t page = key / p.page_size;
+    return base + int64_t{pages[page]} * page_stride + (key - page * p.page_size) * stride;
+  };
+  if constexpr (std::is_same_v<Rows, StridedRows>) {
+    return {at(c0), stride};
+  } else {
+    Rows r;
+    r.stride = stride;
+    for (int32_t g = 0; g < kKeyChunk / kRowGroup; ++g) {
+      const int64_t key = c0 + int64_t{g} * kRowGroup;
+      r.group[g] = g > 0 && key >= end ? r.group[g - 1] : at(key);
+    }
+    return r;
+  }
+}
+
 // One KV head, keys [p.kv_begin, p.kv_end).
 // q16 / q16_scale: this head's query rows in int16 and their scales (VNNI turbo scores only).
-void attend_head(const AttendParams& p, const Context& ctx, [[maybe_unused]] const int16_t* q16,
-                 [[maybe_unused]] v16 q16_scale) {
-  const Dequant deq_k = ctx.deq_k, deq_v = ctx.deq_v;
+template <class Rows>
+void attend_head(const AttendParams& p, const Context<Rows>& ctx,
+                 [[maybe_unused]] const int16_t* q16, [[maybe_unused]] v16 q16_scale) {
+  const Dequant<Rows> deq_k = ctx.deq_k, deq_v = ctx.deq_v;
   const float* tab_k = ctx.ck.c;
   const float* tab_v = ctx.cv.c;
   const int32_t dk = p.dk, dv = p.dv, G = p.group;
@@ -663,29 +734,30 @@ void attend_head(const AttendParams& p, const Context& ctx, [[maybe_unused]] con
     // Rows of one head are strided (other heads sit between them in a token-major cache), which
     // the hardware prefetchers follow poorly: ask for the next chunk's K and V rows while this
     // one is dequantized.
+    // (Paged: the next chunk starts a block, at a multiple of kKeyChunk, or there is none.)
     const int64_t pf_end = std::min(std::max(p.kv_end, p.prefetch_end), pf_limit);
-    Prefetch pf{p.k + (c0 + n) * p.k_stride,
-                p.v + (c0 + n) * p.v_stride,
-                p.k_stride,
-                p.v_stride,
-                k_row_bytes,
-                v_row_bytes,
-                static_cast<int32_t>(std::clamp<int64_t>(pf_end - (c0 + n), 0, kKeyChunk))};
-    if (c0 + n >= p.kv_end && p.next_keys > 0 && c0 + n < pf_limit) {  // paged: the next page
-      pf.k = p.k_next;
-      pf.v = p.v_next;
-      pf.n = static_cast<int32_t>(std::min<int64_t>(p.next_keys, pf_limit - (c0 + n)));
+    const Rows krows = chunk_rows<Rows>(p, p.k, p.k_stride, p.k_pages, p.k_page_stride, c0, c0 + n);
+    const Rows vrows = chunk_rows<Rows>(p, p.v, p.v_stride, p.v_pages, p.v_page_stride, c0, c0 + n);
+    Prefetch<Rows> pf;
+    pf.n = static_cast<int32_t>(std::clamp<int64_t>(pf_end - (c0 + n), 0, kKeyChunk));
+    if (pf.n > 0) {
+      pf.k =
+          chunk_rows<Rows>(p, p.k, p.k_stride, p.k_pages, p.k_page_stride, c0 + n, c0 + n + pf.n);
+      pf.v =
+          chunk_rows<Rows>(p, p.v, p.v_stride, p.v_pages, p.v_page_stride, c0 + n, c0 + n + pf.n);
+      pf.k_bytes = k_row_bytes;
+      pf.v_bytes = v_row_bytes;
     }
 #if defined(__AVX512VNNI__)
     if (ctx.score_vnni) {
-      ctx.score_vnni(q16, q16_scale, dk, p.k + c0 * p.k_stride, p.k_stride, n, ctx.tk, probs, pf);
+      ctx.score_vnni(q16, q16_scale, dk, krows, n, ctx.tk, probs, pf);
     } else
 #endif
         if (ctx.score) {
-      ctx.score(p.q, dk, p.k + c0 * p.k_stride, p.k_stride, n, tab_k, probs, pf);
+      ctx.score(p.q, dk, krows, n, tab_k, probs, pf);
     } else {
       // K tile layout (dk / 16, kKeyChunk, 16), see score_rows.
-      deq_k(p.k + c0 * p.k_stride, p.k_stride, n, dk, ktile, kLanes, kKeyChunk * kLanes, tab_k, pf);
+      deq_k(krows, n, dk, ktile, kLanes, kKeyChunk * kLanes, tab_k, pf);
       // Keys past the range score against zeros and are then hidden; zeroing keeps them finite.
       if (n < kKeyChunk)
         for (int32_t d = 0; d < dk; d += kLanes)
@@ -771,14 +843,12 @@ void attend_head(const AttendParams& p, const Context& ctx, [[maybe_unused]] con
 
 #if defined(__AVX512VNNI__)
     if (ctx.pv_vnni) {  // weights of 0 stay 0 in int16 there (see pv_turbo_vnni)
-      ctx.pv_vnni(probs, p.v + c0 * p.v_stride, p.v_stride, n, dv, ctx.tv, p.o,
-                  reinterpret_cast<int16_t*>(vtile));
+      ctx.pv_vnni(probs, vrows, n, dv, ctx.tv, p.o, reinterpret_cast<int16_t*>(vtile));
       continue;
     }
 #endif
-    if (!ctx.pv)
-      deq_v(p.v + c0 * p.v_stride, p.v_stride, n, dv, vtile, dv, kLanes, tab_v, Prefetch{});
-    pv_chunk(p, ctx, probs, vtile, c0, n);
+    if (!ctx.pv) deq_v(vrows, n, dv, vtile, dv, kLanes, tab_v, Prefetch<Rows>{});
+    pv_chunk(p, ctx, probs, vtile, vrows, n);
   }
 }
 
@@ -795,12 +865,12 @@ inline void copy_row(uint8_t* dst, const uint8_t* src, int64_t n) {
   if (i < n) std::memcpy(dst + n - 16, src + n - 16, 16);
 }
 
-// A paged call whose pages hold fewer keys than a chunk (attend_gather_bytes): chunk by chunk,
-// each head's K and V rows of the chunk are copied from their pages into the staging rows (one
-// row after the other), prefetching the head's rows of the next chunk, and the chunk is attended
-// there as a contiguous one.
+// A paged call whose pages are not a multiple of kRowGroup keys (attend_gather_bytes): chunk by
+// chunk, each head's K and V rows of the chunk are copied from their pages into the staging rows
+// (one row after the other), prefetching the head's rows of the next chunk, and the chunk is
+// attended there as a contiguous one.
 template <typename ForHead, typename Q16, typename Q16Scale>
-void attend_gathered(const AttendParams& p, const Context& ctx, AttendParams& h,
+void attend_gathered(const AttendParams& p, const Context<StridedRows>& ctx, AttendParams& h,
                      const ForHead& for_head, uint8_t* scratch_end, const Q16& q16_of,
                      const Q16Scale& q16_scale_of) {
   const int64_t kr = static_cast<int64_t>(row_size(p.k_type, p.dk_row));
@@ -824,7 +894,7 @@ void attend_gathered(const AttendParams& p, const Context& ctx, AttendParams& h,
   };
   h.k_stride = kr;
   h.v_stride = vr;
-  h.next_keys = 0;
+  h.page_size = 0;  // the staging rows are contiguous
   for (int64_t c = p.kv_begin; c < p.kv_end; c += kKeyChunk) {
     const int64_t c_end = std::min(p.kv_end, c + kKeyChunk);
     const int64_t next_end = std::min(p.kv_end, c_end + kKeyChunk);
@@ -863,8 +933,10 @@ void attend_gathered(const AttendParams& p, const Context& ctx, AttendParams& h,
 
 }  // namespace
 
-void attend(const AttendParams& p) {
-  const Context ctx(p);
+// One call with the chunks' rows in one form (attend picks it).
+template <class Rows>
+void attend_rows(const AttendParams& p) {
+  const Context<Rows> ctx(p);
   // Per KV head, after the tiles and probabilities in scratch: int16 query rows and one scale
   // vector (attend_scratch_floats), made once per call for the VNNI turbo scores.
   float* const head_scratch =
@@ -897,61 +969,37 @@ void attend(const AttendParams& p) {
     h.l = p.l + head * rows;
     h.alibi = p.alibi ? p.alibi + int64_t{head} * p.group : nullptr;
   };
-  if (attend_gather_bytes(p.k_type, p.v_type, p.dk_row, p.dv_row, p.page_size) > 0) {
-    attend_gathered(p, ctx, h, for_head,
-                    reinterpret_cast<uint8_t*>(head_scratch + int64_t{p.n_heads} * head_floats),
-                    q16_of, q16_scale_of);
-    return;
-  }
-  // Block by block, every head: consecutive tokens of all heads are read together. Paged: each
-  // block in runs inside one page, with the head-0 rows' base that puts key c of the run at
-  // base + c * stride (an integer: the base itself may lie outside the pool), prefetching up to
-  // the page's end (the keys after it are in another page).
-  const auto run_base = [&](const uint8_t* pool, const int32_t* pages, int64_t page_stride,
-                            int64_t stride, int64_t r0) {
-    const int64_t page = pages[r0 / p.page_size];
-    const auto row = reinterpret_cast<uintptr_t>(pool) +
-                     static_cast<uintptr_t>(page * page_stride + (r0 % p.page_size) * stride);
-    return reinterpret_cast<const uint8_t*>(row - static_cast<uintptr_t>(r0 * stride));
-  };
-  for (int64_t b = p.kv_begin; b < p.kv_end; b += p.block_keys) {
-    const int64_t b_end = std::min(p.kv_end, b + p.block_keys);
-    for (int64_t r0 = b; r0 < b_end;) {
-      int64_t r1 = b_end;
-      const uint8_t* k = p.k;
-      const uint8_t* v = p.v;
-      const uint8_t* k_next = nullptr;
-      const uint8_t* v_next = nullptr;
-      if (p.page_size > 0) {
-        const int64_t page_end = std::min(p.kv_end, (r0 / p.page_size + 1) * p.page_size);
-        r1 = std::min(r1, page_end);
-        k = run_base(p.k, p.k_pages, p.k_page_stride, p.k_stride, r0);
-        v = run_base(p.v, p.v_pages, p.v_page_stride, p.v_stride, r0);
-        h.prefetch_end = page_end;
-        // The keys after the run, when they start the next page: their first rows.
-        h.next_keys = 0;
-        if (r1 == page_end && r1 < p.kv_end) {
-          k_next = run_base(p.k, p.k_pages, p.k_page_stride, p.k_stride, r1) + r1 * p.k_stride;
-          v_next = run_base(p.v, p.v_pages, p.v_page_stride, p.v_stride, r1) + r1 * p.v_stride;
-          h.next_keys = static_cast<int32_t>(
-              std::min<int64_t>({int64_t{kKeyChunk}, p.page_size, p.kv_end - r1}));
-        }
-      }
-      h.kv_begin = r0;
-      h.kv_end = r1;
-      for (int32_t head = 0; head < p.n_heads; ++head) {
-        h.k = k + head * p.k_head_stride;
-        h.v = v + head * p.v_head_stride;
-        if (h.next_keys > 0) {
-          h.k_next = k_next + head * p.k_head_stride;
-          h.v_next = v_next + head * p.v_head_stride;
-        }
-        for_head(head);
-        attend_head(h, ctx, q16_of(head), load(q16_scale_of(head)));
-      }
-      r0 = r1;
+  if constexpr (std::is_same_v<Rows, StridedRows>) {
+    if (attend_gather_bytes(p.k_type, p.v_type, p.dk_row, p.dv_row, p.page_size) > 0) {
+      attend_gathered(p, ctx, h, for_head,
+                      reinterpret_cast<uint8_t*>(head_scratch + int64_t{p.n_heads} * head_floats),
+                      q16_of, q16_scale_of);
+      return;
     }
   }
+  // Block by block, every head: consecutive tokens of all heads are read together. Paged: each
+  // chunk's rows found in the page table (chunk_rows; blocks start at multiples of kKeyChunk, the
+  // scheduler's splits being whole blocks).
+  assert(p.page_size == 0 || p.kv_begin % kKeyChunk == 0);
+  for (int64_t b = p.kv_begin; b < p.kv_end; b += p.block_keys) {
+    h.kv_begin = b;
+    h.kv_end = std::min(p.kv_end, b + p.block_keys);
+    for (int32_t head = 0; head < p.n_heads; ++head) {
+      h.k = p.k + head * p.k_head_stride;
+      h.v = p.v + head * p.v_head_stride;
+      for_head(head);
+      attend_head(h, ctx, q16_of(head), load(q16_scale_of(head)));
+    }
+  }
+}
+
+void attend(const AttendParams& p) {
+  // Pages shorter than a chunk, of a multiple of kRowGroup keys: grouped rows; everything else
+  // (contiguous, pages of a multiple of kKeyChunk, gathered pages) strided, as a plain loop.
+  if (p.page_size > 0 && p.page_size % kKeyChunk != 0 && p.page_size % kRowGroup == 0)
+    attend_rows<GroupedRows>(p);
+  else
+    attend_rows<StridedRows>(p);
 }
 
 }  // namespace kvflash::cpu::KVFLASH_ISA_NS

@@ -10,7 +10,7 @@ void attend_portable(const AttendParams& p) {
 }
 
 int64_t attend_gather_bytes(KvType k, KvType v, int32_t dk_row, int32_t dv_row, int32_t page_size) {
-  if (page_size <= 0 || page_size >= kKeyChunk) return 0;
+  if (page_size <= 0 || page_size % kRowGroup == 0) return 0;
   return int64_t{kKeyChunk} * static_cast<int64_t>(row_size(k, dk_row) + row_size(v, dv_row));
 }
 

@@ -122,21 +122,20 @@ v16 quantize_q16(const float* q, int32_t dk, int16_t* qi, float cscale) {
 }
 
 // Raw scores as score_fused, from int16 Q (R rows, dk apart) and turbo K rows.
-template <int Bits, int R>
-void score_turbo_vnni(const int16_t* qi, v16 row_scale, int32_t dk, const uint8_t* k,
-                      int64_t stride, int32_t n, const TurboInt& ti, float* out,
-                      const Prefetch& pf) {
+template <int Bits, int R, class Rows>
+void score_turbo_vnni(const int16_t* qi, v16 row_scale, int32_t dk, Rows k, int32_t n,
+                      const TurboInt& ti, float* out, const Prefetch<Rows>& pf) {
   using Block = TurboBlock<Bits>;
   constexpr int J = kLanes / R;
   const __m512i table = _mm512_load_si512(ti.c);
   for (int32_t k0 = 0; k0 < kKeyChunk; k0 += J) {
     for (int32_t j = k0; j < std::min(k0 + J, pf.n); ++j) {
-      prefetch_lines(pf.k + j * pf.k_stride, pf.k_bytes);
-      prefetch_lines(pf.v + j * pf.v_stride, pf.v_bytes);
+      prefetch_lines(pf.k.row(j), pf.k_bytes);
+      prefetch_lines(pf.v.row(j), pf.v_bytes);
     }
     const uint8_t* blks[J];
 #pragma GCC unroll 16
-    for (int j = 0; j < J; ++j) blks[j] = k + std::min(k0 + j, n - 1) * stride;
+    for (int j = 0; j < J; ++j) blks[j] = k.row(std::min(k0 + j, n - 1));
     v16 total = {};
     for (int32_t g = 0; g < dk / kTurboValues; ++g) {
       v16i acc[kLanes] = {};
@@ -169,9 +168,9 @@ void score_turbo_vnni(const int16_t* qi, v16 row_scale, int32_t dk, const uint8_
 
 // o[r] += sum_j w[r][j] V[j] for turbo V rows as pv_turbo, in int16 (see above). wq: scratch
 // for kKeyChunk int16 weights per row.
-template <int Bits, int R>
-void pv_turbo_vnni(const float* w, const uint8_t* v, int64_t stride, int32_t n, int32_t dv,
-                   const TurboInt& ti, float* o, int16_t* wq) {
+template <int Bits, int R, class Rows>
+void pv_turbo_vnni(const float* w, Rows v, int32_t n, int32_t dv, const TurboInt& ti, float* o,
+                   int16_t* wq) {
   using Block = TurboBlock<Bits>;
   const __m512i table = _mm512_load_si512(ti.c);
   // acc lanes of one 32-value block after unpacking key pairs: lo = values 0-3, 8-11, 16-19,
@@ -185,7 +184,7 @@ void pv_turbo_vnni(const float* w, const uint8_t* v, int64_t stride, int32_t n, 
     {
       const uint8_t* blks[kKeyChunk];
       for (int32_t j = 0; j < kKeyChunk; ++j)
-        blks[j] = v + std::min(j, n - 1) * stride + g * sizeof(Block);
+        blks[j] = v.row(std::min(j, n - 1)) + g * sizeof(Block);
       for (int c = 0; c < kChunkVecs; ++c) nv[c] = norm_lanes<16>(blks + c * kLanes);
     }
     float wscale[R];
@@ -210,9 +209,13 @@ void pv_turbo_vnni(const float* w, const uint8_t* v, int64_t stride, int32_t n, 
 #pragma GCC unroll 1
     for (int h = 0; h < 2; ++h) {
       v16i acc[R][4] = {};
+      const uint8_t* b0_prev = nullptr;
+      // Key pairs (j, j + 1) by groups: a pair never crosses one (even group size, first 0).
       for (int32_t j = 0; j < n; j += 2) {
-        const uint8_t* b0 = v + j * stride + g * sizeof(Block);
-        const uint8_t* b1 = v + std::min(j + 1, n - 1) * stride + g * sizeof(Block);
+        const uint8_t* b0 = (j % kRowGroup == 0 ? v.row(j) : b0_prev + 2 * v.stride);
+        b0_prev = b0;
+        b0 += g * sizeof(Block);
+        const uint8_t* b1 = j + 1 < n ? b0 + v.stride : b0;
         const TurboWords<Bits> w0(b0), w1(b1);
 #pragma GCC unroll 2
         for (int x = 0; x < 2; ++x) {
@@ -246,32 +249,33 @@ void pv_turbo_vnni(const float* w, const uint8_t* v, int64_t stride, int32_t n, 
   }
 }
 
-using ScoreVnni = void (*)(const int16_t*, v16, int32_t, const uint8_t*, int64_t, int32_t,
-                           const TurboInt&, float*, const Prefetch&);
-using PvVnni = void (*)(const float*, const uint8_t*, int64_t, int32_t, int32_t, const TurboInt&,
-                        float*, int16_t*);
-template <int R>
-ScoreVnni pick_score_vnni(KvType t) {
+template <class Rows>
+using ScoreVnni = void (*)(const int16_t*, v16, int32_t, Rows, int32_t, const TurboInt&, float*,
+                           const Prefetch<Rows>&);
+template <class Rows>
+using PvVnni = void (*)(const float*, Rows, int32_t, int32_t, const TurboInt&, float*, int16_t*);
+template <int R, class Rows>
+ScoreVnni<Rows> pick_score_vnni(KvType t) {
   switch (t) {
     case KvType::turbo2:
-      return score_turbo_vnni<2, R>;
+      return score_turbo_vnni<2, R, Rows>;
     case KvType::turbo3:
-      return score_turbo_vnni<3, R>;
+      return score_turbo_vnni<3, R, Rows>;
     case KvType::turbo4:
-      return score_turbo_vnni<4, R>;
+      return score_turbo_vnni<4, R, Rows>;
     default:
       return nullptr;
   }
 }
-template <int R>
-PvVnni pick_pv_vnni(KvType t) {
+template <int R, class Rows>
+PvVnni<Rows> pick_pv_vnni(KvType t) {
   switch (t) {
     case KvType::turbo2:
-      return pv_turbo_vnni<2, R>;
+      return pv_turbo_vnni<2, R, Rows>;
     case KvType::turbo3:
-      return pv_turbo_vnni<3, R>;
+      return pv_turbo_vnni<3, R, Rows>;
     case KvType::turbo4:
-      return pv_turbo_vnni<4, R>;
+      return pv_turbo_vnni<4, R, Rows>;
     default:
       return nullptr;
   }
