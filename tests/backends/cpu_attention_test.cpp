@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "backends/cpu/cpu_backend.hpp"
 #include "kvflash/reference.hpp"
 #include "kvflash/registry.hpp"
 
@@ -115,6 +116,19 @@ std::vector<std::string> cpu_kernels(bool decode) {
       names.push_back(c.name);
   }
   return names;
+}
+
+// The portable kernels warn (once per process, on stderr, from their plan) only where nothing
+// faster exists: no AVX-512 in the processor, or none built.
+TEST(CpuAttention, PortableOnlyMachinesAreWarned) {
+  EXPECT_FALSE(cpu::portable_only_warning(true, true).has_value());
+  const std::optional<std::string> no_isa = cpu::portable_only_warning(true, false);
+  ASSERT_TRUE(no_isa.has_value());
+  EXPECT_NE(no_isa->find("this processor lacks AVX-512"), std::string::npos) << *no_isa;
+  EXPECT_EQ(no_isa->rfind("kvflash: warning: ", 0), 0u) << *no_isa;
+  const std::optional<std::string> not_built = cpu::portable_only_warning(false, false);
+  ASSERT_TRUE(not_built.has_value());
+  EXPECT_NE(not_built->find("built without the AVX-512 kernels"), std::string::npos);
 }
 
 TEST(CpuAttention, EveryDecodeKernelEveryTypePair) {

@@ -9,6 +9,7 @@
 #endif
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -305,6 +306,22 @@ std::optional<std::string> reject_no_turbo(const AttentionProblem& p) {
 }
 #endif
 
+// The portable candidates' plan: plan_cpu, after the warning of portable_only_warning (once per
+// process, on stderr).
+void plan_cpu_portable(Plan& plan) {
+  static const bool warned = [] {
+#if defined(KVFLASH_CPU_AVX512)
+    const std::optional<std::string> w = portable_only_warning(true, cpu_has_avx512());
+#else
+    const std::optional<std::string> w = portable_only_warning(false, false);
+#endif
+    if (w) std::fprintf(stderr, "%s\n", w->c_str());
+    return true;
+  }();
+  (void)warned;
+  plan_cpu(plan);
+}
+
 KernelCandidate make_candidate(std::string name, int priority, KernelFn fn, bool decode_only,
                                bool needs_avx512) {
   KernelCandidate c;
@@ -318,7 +335,7 @@ KernelCandidate make_candidate(std::string name, int priority, KernelFn fn, bool
   (void)needs_avx512;
 #endif
   if (decode_only) c.guards.push_back({"decode_q_tokens", reject_prefill_sized});
-  c.make_plan = plan_cpu;
+  c.make_plan = fn == attend_portable ? plan_cpu_portable : plan_cpu;
   c.run = [fn](const Plan& plan, const AttentionTensors& t, void* ws, void*) {
     return run_cpu(plan, t, ws, fn);
   };
@@ -326,6 +343,15 @@ KernelCandidate make_candidate(std::string name, int priority, KernelFn fn, bool
 }
 
 }  // namespace
+
+std::optional<std::string> portable_only_warning(bool built_avx512, bool cpu_avx512) {
+  if (built_avx512 && cpu_avx512) return std::nullopt;
+  return fmt::format(
+      "kvflash: warning: the CPU kernels run their portable build, {}: expect 15-20x the time of "
+      "the AVX-512 kernels (AVX2 and NEON kernels are not written yet)",
+      built_avx512 ? "this processor lacks AVX-512 F/BW/DQ/VL with F16C and FMA"
+                   : "this library was built without the AVX-512 kernels (not x86-64)");
+}
 
 // Priorities: a decode kernel beats prefill for the problems both accept (its tile holds every
 // query token); AVX-512 beats portable, and its VNNI build beats it for turbo K or V. The portable

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "core/backend.hpp"
@@ -10,6 +12,12 @@ namespace kvflash::cpu {
 // Appends the CPU candidates: decode and prefill for each instruction set built, and the float64
 // reference as an opt-in candidate (force "cpu.reference" to use it as the oracle).
 void register_kernels(std::vector<KernelCandidate>& out);
+
+// The warning a plan on the portable kernel prints once per process where it is all this machine
+// has (issue 44: 15-20x slower than the AVX-512 kernels), or nullopt: built_avx512, whether the
+// library has the AVX-512 kernels; cpu_avx512, whether this processor runs them. A portable plan
+// forced on a machine that has them (KVFLASH_FORCE_KERNEL, the tests) prints nothing.
+std::optional<std::string> portable_only_warning(bool built_avx512, bool cpu_avx512);
 
 // The CPU backend as the core sees it: its candidates and its threads (ThreadPool::process()); no
 // device services.
