@@ -678,6 +678,13 @@ void pv_chunk(const AttendParams& p, const Context<Rows>& ctx, const float* prob
   }
 }
 
+// Key `key`'s row in a paged pool (base: the head's row in page 0): its page from the table.
+inline const uint8_t* paged_row(const uint8_t* base, const int32_t* pages, int64_t page_stride,
+                                int32_t page_size, int64_t stride, int64_t key) {
+  const int64_t page = key / page_size;
+  return base + int64_t{pages[page]} * page_stride + (key - page * page_size) * stride;
+}
+
 // The rows of keys c0 .. c0 + kKeyChunk - 1 of one head of a tensor (base: the head's row of key
 // 0, or of page 0 of a paged pool; c0 a multiple of kKeyChunk), the page table read only for keys
 // below end. Strided: contiguous, or a chunk inside one page (pages of a multiple of kKeyChunk).
@@ -687,9 +694,8 @@ template <class Rows>
 Rows chunk_rows(const AttendParams& p, const uint8_t* base, int64_t stride, const int32_t* pages,
                 int64_t page_stride, int64_t c0, int64_t end) {
   const auto at = [&](int64_t key) {
-    if (p.page_size == 0) return base + key * stride;
-    const int64_t page = key / p.page_size;
-    return base + int64_t{pages[page]} * page_stride + (key - page * p.page_size) * stride;
+    return p.page_size == 0 ? base + key * stride
+                            : paged_row(base, pages, page_stride, p.page_size, stride, key);
   };
   if constexpr (std::is_same_v<Rows, StridedRows>) {
     return {at(c0), stride};
@@ -882,12 +888,11 @@ void attend_gathered(const AttendParams& p, const Context<StridedRows>& ctx, Att
   // read and division per run).
   const auto for_rows = [&](int64_t lo, int64_t hi, int32_t head, const auto& fn) {
     for (int64_t r0 = lo; r0 < hi;) {
-      const int64_t page_i = r0 / p.page_size, in_page = r0 - page_i * p.page_size;
-      const int64_t r1 = std::min(hi, r0 + (p.page_size - in_page));
-      const uint8_t* kp = p.k + int64_t{p.k_pages[page_i]} * p.k_page_stride +
-                          in_page * p.k_stride + head * p.k_head_stride;
-      const uint8_t* vp = p.v + int64_t{p.v_pages[page_i]} * p.v_page_stride +
-                          in_page * p.v_stride + head * p.v_head_stride;
+      const int64_t r1 = std::min(hi, (r0 / p.page_size + 1) * p.page_size);
+      const uint8_t* kp = paged_row(p.k + head * p.k_head_stride, p.k_pages, p.k_page_stride,
+                                    p.page_size, p.k_stride, r0);
+      const uint8_t* vp = paged_row(p.v + head * p.v_head_stride, p.v_pages, p.v_page_stride,
+                                    p.page_size, p.v_stride, r0);
       for (int64_t key = r0; key < r1; ++key, kp += p.k_stride, vp += p.v_stride) fn(key, kp, vp);
       r0 = r1;
     }

@@ -209,27 +209,27 @@ void pv_turbo_vnni(const float* w, Rows v, int32_t n, int32_t dv, const TurboInt
 #pragma GCC unroll 1
     for (int h = 0; h < 2; ++h) {
       v16i acc[R][4] = {};
-      const uint8_t* b0_prev = nullptr;
-      // Key pairs (j, j + 1) by groups: a pair never crosses one (even group size, first 0).
-      for (int32_t j = 0; j < n; j += 2) {
-        const uint8_t* b0 = (j % kRowGroup == 0 ? v.row(j) : b0_prev + 2 * v.stride);
-        b0_prev = b0;
-        b0 += g * sizeof(Block);
-        const uint8_t* b1 = j + 1 < n ? b0 + v.stride : b0;
-        const TurboWords<Bits> w0(b0), w1(b1);
+      // Key pairs (j, j + 1) along the runs of rows (even runs from key 0: no pair crosses one).
+      for (int32_t j0 = 0, j1; j0 < n; j0 = j1) {
+        j1 = v.run_end(j0, n);
+        const uint8_t* b0 = v.row(j0) + g * sizeof(Block);
+        for (int32_t j = j0; j < j1; j += 2, b0 += 2 * v.stride) {
+          const uint8_t* b1 = j + 1 < n ? b0 + v.stride : b0;
+          const TurboWords<Bits> w0(b0), w1(b1);
 #pragma GCC unroll 2
-        for (int x = 0; x < 2; ++x) {
-          const int t = 2 * h + x;
-          const __m512i v0 = _mm512_permutexvar_epi16(w0.idx(t), table);
-          const __m512i v1 = _mm512_permutexvar_epi16(w1.idx(t), table);
-          const __m512i plo = _mm512_unpacklo_epi16(v0, v1), phi = _mm512_unpackhi_epi16(v0, v1);
+          for (int x = 0; x < 2; ++x) {
+            const int t = 2 * h + x;
+            const __m512i v0 = _mm512_permutexvar_epi16(w0.idx(t), table);
+            const __m512i v1 = _mm512_permutexvar_epi16(w1.idx(t), table);
+            const __m512i plo = _mm512_unpacklo_epi16(v0, v1), phi = _mm512_unpackhi_epi16(v0, v1);
 #pragma GCC unroll 4
-          for (int r = 0; r < R; ++r) {
-            int32_t pair;
-            std::memcpy(&pair, wq + r * kKeyChunk + j, 4);
-            const __m512i wp = _mm512_set1_epi32(pair);
-            acc[r][2 * x] = (v16i)_mm512_dpwssd_epi32((__m512i)acc[r][2 * x], plo, wp);
-            acc[r][2 * x + 1] = (v16i)_mm512_dpwssd_epi32((__m512i)acc[r][2 * x + 1], phi, wp);
+            for (int r = 0; r < R; ++r) {
+              int32_t pair;
+              std::memcpy(&pair, wq + r * kKeyChunk + j, 4);
+              const __m512i wp = _mm512_set1_epi32(pair);
+              acc[r][2 * x] = (v16i)_mm512_dpwssd_epi32((__m512i)acc[r][2 * x], plo, wp);
+              acc[r][2 * x + 1] = (v16i)_mm512_dpwssd_epi32((__m512i)acc[r][2 * x + 1], phi, wp);
+            }
           }
         }
       }
