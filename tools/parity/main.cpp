@@ -118,6 +118,12 @@ int main(int argc, char** argv) {
   app.add_option("-f,--filter", filters,
                  "regex searched in the case name; repeat to narrow (a case must match all)");
   app.add_flag("--list", list, "print the selected case names and exit");
+  int one_in = 1;
+  app.add_option("--one-in", one_in,
+                 "keep one case in N of the selection (the 1st, the N+1st, ...): a spread sample, "
+                 "for slow builds such as the sanitizer's")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("-s,--set,--list-set", set_name,
                  "case set: test (fast), long (256K-4M tokens), prefill (chunked prefill to 1M "
                  "tokens, paged, for CUDA), all")
@@ -166,8 +172,9 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   std::vector<ParityCase> cases;
+  int64_t matched = 0;
   for (const ParityCase& c : build_case_set(set))
-    if (filter->matches(case_name(c))) cases.push_back(c);
+    if (filter->matches(case_name(c)) && matched++ % one_in == 0) cases.push_back(c);
   if (list) {
     for (const ParityCase& c : cases) fmt::print("{}\n", case_name(c));
     return 0;
