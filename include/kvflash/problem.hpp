@@ -22,9 +22,12 @@
 // multiply P.V on tensor cores, a tile of query rows at once: a key hidden from every row of the
 // tile never reaches the output (its V operands are zeroed), which covers every hidden key of a
 // one-token decode and the keys an engine leaves unwritten (masked for every query, outside the
-// window); a key hidden from some rows of a tile and visible to others is data that call reads,
-// and a NaN in it can reach the rows of that tile that do not see it. A query that sees no key
-// and has no sink (or a sink of -inf) returns zeros and lse = -inf (state.hpp's empty-state rule).
+// window). A key hidden from some rows of a tile and visible to others (several query tokens: a
+// causal future key, a key masked for some queries): cuda.prefill takes its NaN and inf V values
+// as 0 in the MMA and adds each to the rows that see the key, dim by dim; in cuda.decode it is
+// data that call reads, and a NaN in its V can reach the rows of that tile that do not see it. A
+// query that sees no key and has no sink (or a sink of -inf) returns zeros and lse = -inf
+// (state.hpp's empty-state rule).
 #pragma once
 
 #include <array>
