@@ -24,6 +24,29 @@
 namespace kvflash::gputest {
 namespace {
 
+// Key j of sequence s masked with -inf for that sequence's first `queries` queries.
+void hide_by_mask(HostInputs& in, int32_t s, int32_t queries, int64_t j) {
+  for (int32_t i = 0; i < queries; ++i)
+    in.mask[size_t((int64_t{s} * in.p.n_q_tokens + i) * in.mask_stride + j)] =
+        -std::numeric_limits<float>::infinity();
+}
+
+// The plan run once on the device over `in`'s tensors, its outputs read back.
+Expected<HostOutputs> run_once(const Plan& pl, const HostInputs& in) {
+  Expected<gpu::Stream> stream = gpu::Stream::create();
+  if (!stream) return stream.error();
+  Expected<DeviceInputs> dev = stage(in, stream->handle());
+  if (!dev) return dev.error();
+  Expected<DeviceOutputs> o = allocate_outputs(pl, stream->handle());
+  if (!o) return o.error();
+  if (Status s = run(pl, with_outputs(dev->tensors, *o), o->workspace.data(), stream->handle()); !s)
+    return s.error();
+  Expected<HostOutputs> got = read_outputs(*o, *stream);
+  if (!got) return got;
+  if (Status s = gpu::last_error(); !s) return s.error();
+  return got;
+}
+
 enum class Hide { window, mask, all_masked_sink };
 
 struct HiddenCase {
@@ -105,10 +128,7 @@ TEST_P(CudaHiddenKeys, NeverReachTheOutput) {
       if (!hide) continue;
       poison(s, j);
       ++poisoned;
-      if (p.has_mask)
-        for (int32_t i = 0; i < p.n_q_tokens; ++i)
-          in.mask[size_t((int64_t{s} * p.n_q_tokens + i) * in.mask_stride + j)] =
-              -std::numeric_limits<float>::infinity();
+      if (p.has_mask) hide_by_mask(in, s, p.n_q_tokens, j);
     }
   }
   ASSERT_GT(poisoned, 0);
@@ -116,16 +136,8 @@ TEST_P(CudaHiddenKeys, NeverReachTheOutput) {
 
   Reference ref;
   KVFLASH_ASSIGN_OR_FAIL(ref, reference(in));
-  gpu::Stream stream;
-  KVFLASH_ASSIGN_OR_FAIL(stream, gpu::Stream::create());
-  DeviceInputs dev;
-  KVFLASH_ASSIGN_OR_FAIL(dev, stage(in, stream.handle()));
-  DeviceOutputs o;
-  KVFLASH_ASSIGN_OR_FAIL(o, allocate_outputs(*pl, stream.handle()));
-  KVFLASH_ASSERT_OK(run(*pl, with_outputs(dev.tensors, o), o.workspace.data(), stream.handle()));
   HostOutputs got;
-  KVFLASH_ASSIGN_OR_FAIL(got, read_outputs(o, stream));
-  KVFLASH_ASSERT_OK(gpu::last_error());
+  KVFLASH_ASSIGN_OR_FAIL(got, run_once(*pl, in));
   const Comparison cmp = compare(p, got, ref);
   EXPECT_EQ(cmp.non_finite, 0) << pl->kernel->name << ": " << cmp.summary();
   EXPECT_EQ(cmp.empty_rows_not_zero, 0) << pl->kernel->name << ": " << cmp.summary();
@@ -221,24 +233,14 @@ TEST_P(CudaSplitHiddenKeys, ReachOnlyTheRowsThatSeeThem) {
     }
     for (int64_t j = len - 400; j < len - 300; j += 7) {
       poison(s, j);
-      for (int32_t i = 0; i < p.n_q_tokens / 2; ++i)
-        in.mask[size_t((int64_t{s} * p.n_q_tokens + i) * in.mask_stride + j)] =
-            -std::numeric_limits<float>::infinity();
+      hide_by_mask(in, s, p.n_q_tokens / 2, j);
     }
   }
 
   Reference ref;
   KVFLASH_ASSIGN_OR_FAIL(ref, reference(in));
-  gpu::Stream stream;
-  KVFLASH_ASSIGN_OR_FAIL(stream, gpu::Stream::create());
-  DeviceInputs dev;
-  KVFLASH_ASSIGN_OR_FAIL(dev, stage(in, stream.handle()));
-  DeviceOutputs o;
-  KVFLASH_ASSIGN_OR_FAIL(o, allocate_outputs(*pl, stream.handle()));
-  KVFLASH_ASSERT_OK(run(*pl, with_outputs(dev.tensors, o), o.workspace.data(), stream.handle()));
   HostOutputs got;
-  KVFLASH_ASSIGN_OR_FAIL(got, read_outputs(o, stream));
-  KVFLASH_ASSERT_OK(gpu::last_error());
+  KVFLASH_ASSIGN_OR_FAIL(got, run_once(*pl, in));
 
   // Rows the reference keeps finite: finite, within the NMSE bound, lse finite. The others (rows
   // that see a poisoned key): non-finite wherever the reference is, lse included.
