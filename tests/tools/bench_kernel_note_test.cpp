@@ -15,13 +15,15 @@ TEST(PortableKernelNote, NamesThePortableKernelChosenForWantOfAFasterOne) {
     const std::optional<std::string> note = portable_kernel_note(kernel, false);
     ASSERT_TRUE(note.has_value()) << kernel;
     EXPECT_NE(note->find(kernel), std::string::npos) << *note;
+    EXPECT_NE(note->find("AVX2"), std::string::npos) << *note;
     EXPECT_NE(note->find("AVX-512"), std::string::npos) << *note;
+    EXPECT_EQ(note->find("AVX2 and NEON ones are to come"), std::string::npos) << *note;
   }
 }
 
 TEST(PortableKernelNote, NothingForOtherKernelsOrAPortableKernelAskedFor) {
   for (const char* kernel : {"cpu.decode.avx512", "cpu.decode.avx512vnni", "cpu.prefill.avx512",
-                             "cuda.decode", "cuda.prefill", "cpu.reference", "portable", ""})
+                             "cpu.decode.avx2", "cpu.prefill.avx2", "cuda.decode", "cuda.prefill", "cpu.reference", "portable", ""})
     EXPECT_FALSE(portable_kernel_note(kernel, false).has_value()) << kernel;
   EXPECT_FALSE(portable_kernel_note("cpu.decode.portable", true).has_value());
 }

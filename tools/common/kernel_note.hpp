@@ -1,6 +1,6 @@
 // A note the tools print once, on stderr, when the CPU backend runs a portable kernel because
-// this machine or build offers no faster one (no AVX-512 kernels for it; AVX2 and NEON kernels
-// are to come), so that nobody takes its times for kvflash's CPU speed.
+// this machine or build offers no faster one (no AVX2 or AVX-512 kernels for it; NEON kernels are
+// to come), so that nobody takes its times for kvflash's CPU speed.
 #pragma once
 
 #include <optional>

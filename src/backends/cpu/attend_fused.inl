@@ -25,14 +25,18 @@ template <KvType T>
   } else if constexpr (T == KvType::q8_0) {
     const uint8_t* blk = row + u * sizeof(BlockQ8_0);
     const v16 d = splat(half_to_float1(read_u16(blk)));
-    a = __builtin_convertvector(widen_s8(blk + 2), v16) * d;
-    b = __builtin_convertvector(widen_s8(blk + 2 + kLanes), v16) * d;
+    a = to_float(widen_s8(blk + 2)) * d;
+    b = to_float(widen_s8(blk + 2 + kLanes)) * d;
   } else if constexpr (T == KvType::q4_0) {
     const uint8_t* blk = row + u * sizeof(BlockQ4_0);
+#if KVFLASH_V16_PAIR
+    q4_0_values(blk, a, b);
+#else
     const v16 lut = q4_0_table(blk);
     const v16i q = widen_u8(blk + 2);
     a = lookup(q, lut);
     b = lookup(q >> 4, lut);
+#endif
   } else if constexpr (is_fp8(T)) {
     a = fp8_to_float<T>(row + 32 * u);
     b = fp8_to_float<T>(row + 32 * u + 16);
@@ -46,20 +50,20 @@ template <KvType T>
     if constexpr (Bits == 4) {
       const v16i p0 = widen_u8(blk + 2 + (c % 4) * kLanes);
       const v16i p1 = widen_u8(blk + 2 + (c % 4 + 1) * kLanes);
-      a = lookup(p0 >> (4 * (c / 4)), scaled);
-      b = lookup(p1 >> (4 * (c / 4)), scaled);
+      a = lookup_turbo<Bits>(p0 >> (4 * (c / 4)), scaled);
+      b = lookup_turbo<Bits>(p1 >> (4 * (c / 4)), scaled);
     } else {
       const v16i lo0 = widen_u8(blk + 2) >> c, lo1 = widen_u8(blk + 2 + kLanes) >> c;
       if constexpr (Bits == 2) {
-        a = lookup(lo0, scaled);
-        b = lookup(lo1, scaled);
+        a = lookup_turbo<Bits>(lo0, scaled);
+        b = lookup_turbo<Bits>(lo1, scaled);
       } else {
         // Bit s of the 1-bit plane moved to bit 2 for slice s (see turbo_codes).
         const v16i qh = widen_u8(blk + 2 + 32);
         const v16i h0 = c >= 2 ? qh >> (c - 2) : qh << (2 - c);
         const v16i h1 = qh >> (c - 1);
-        a = lookup((lo0 & 3) | (h0 & ~3), scaled);
-        b = lookup((lo1 & 3) | (h1 & ~3), scaled);
+        a = lookup_turbo<Bits>((lo0 & 3) | (h0 & ~3), scaled);
+        b = lookup_turbo<Bits>((lo1 & 3) | (h1 & ~3), scaled);
       }
     }
   }
@@ -72,13 +76,13 @@ template <KvType T>
 template <KvType T, int R, class Rows>
 void score_fused(const float* q, int32_t dk, Rows k, int32_t n, const float* table, float* out,
                  const Prefetch<Rows>& pf) {
-  constexpr int J = kLanes / R;
+  constexpr int J = kAccLanes / R;
   const int32_t n_units = dk / 32;
   for (int32_t k0 = 0; k0 < kKeyChunk; k0 += J) {
     const uint8_t* rows[J];
 #pragma GCC unroll 16
     for (int j = 0; j < J; ++j) rows[j] = k.row(std::min(k0 + j, n - 1));
-    v16 acc[kLanes] = {};
+    vacc acc[kAccLanes] = {};
     for (int32_t u = 0; u < n_units; ++u) {
       // This step's J prefetches spread over its units, a burst fills the miss queue.
       for (int32_t j = k0 + u; j < std::min(k0 + J, pf.n); j += n_units) {
@@ -97,12 +101,12 @@ void score_fused(const float* q, int32_t dk, Rows k, int32_t n, const float* tab
         unit<T>(rows[j], u, table, a, b);
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {  // two FMAs (qa * a + qb * b would be a mul, FMA, add)
-          acc[r * J + j] += qa[r] * a;
-          acc[r * J + j] += qb[r] * b;
+          fma_acc(acc[r * J + j], qa[r], a);
+          fma_acc(acc[r * J + j], qb[r], b);
         }
       }
     }
-    const v16 sums = reduce16(acc);
+    const vacc sums = reduce_acc(acc);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r)
       std::memcpy(out + r * kKeyChunk + k0, reinterpret_cast<const float*>(&sums) + r * J, J * 4);
@@ -114,7 +118,11 @@ void score_fused(const float* q, int32_t dk, Rows k, int32_t n, const float* tab
 // accumulators stay in registers across the keys.
 template <KvType T, int R, class Rows>
 void pv_fused(const float* w, Rows v, int32_t n, int32_t dv, const float* table, float* o) {
+#if KVFLASH_V16_PAIR
+  constexpr int U2 = R == 1 ? 2 : 1;  // AVX2's 16 registers
+#else
   constexpr int U2 = R == 4 ? 2 : 4;  // 32-value units per block
+#endif
   int32_t u0 = 0;
   for (; u0 < dv / 32; u0 += U2) {
     const int nu = std::min<int32_t>(U2, dv / 32 - u0);
@@ -190,7 +198,7 @@ template <int Bits>
   if constexpr (Bits == 4) {
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i)
-      out[i] = lookup(widen_u8(blk + 2 + i * kLanes) >> (4 * half), table);
+      out[i] = lookup_turbo<Bits>(widen_u8(blk + 2 + i * kLanes) >> (4 * half), table);
   } else {
     const v16i p0 = widen_u8(blk + 2), p1 = widen_u8(blk + 2 + kLanes);
     const v16i qh = Bits == 3 ? widen_u8(blk + 2 + 32) : v16i{};
@@ -199,11 +207,11 @@ template <int Bits>
       const int c = 4 * half + i;
       const v16i lo = (i % 2 == 0 ? p0 : p1) >> (2 * (c / 2));
       if constexpr (Bits == 2) {
-        out[i] = lookup(lo, table);
+        out[i] = lookup_turbo<Bits>(lo, table);
       } else {
         // Bit c of the 1-bit plane moved to bit 2 (see turbo_codes).
         const v16i hi = c >= 2 ? qh >> (c - 2) : qh << (2 - c);
-        out[i] = lookup((lo & 3) | (hi & ~3), table);
+        out[i] = lookup_turbo<Bits>((lo & 3) | (hi & ~3), table);
       }
     }
   }
@@ -213,7 +221,7 @@ template <int Bits, int R, class Rows>
 void score_turbo(const float* q, int32_t dk, Rows k, int32_t n, const float* table, float* out,
                  const Prefetch<Rows>& pf) {
   using Block = TurboBlock<Bits>;
-  constexpr int J = kLanes / R;
+  constexpr int J = kAccLanes / R;
   const v16 tab = load(table);
   for (int32_t k0 = 0; k0 < kKeyChunk; k0 += J) {
     for (int32_t j = k0; j < std::min(k0 + J, pf.n); ++j) {
@@ -223,7 +231,7 @@ void score_turbo(const float* q, int32_t dk, Rows k, int32_t n, const float* tab
     const uint8_t* rows[J];
 #pragma GCC unroll 16
     for (int j = 0; j < J; ++j) rows[j] = k.row(std::min(k0 + j, n - 1));
-    v16 acc[kLanes] = {};
+    vacc acc[kAccLanes] = {};
     for (int32_t g = 0; g < dk / kTurboValues; ++g) {
 #pragma GCC unroll 16
       for (int j = 0; j < J; ++j) {
@@ -237,13 +245,14 @@ void score_turbo(const float* q, int32_t dk, Rows k, int32_t n, const float* tab
           for (int i = 0; i < 4; ++i)
 #pragma GCC unroll 4
             for (int r = 0; r < R; ++r)
-              acc[r * J + j] +=
-                  load(q + static_cast<int64_t>(r) * dk + g * kTurboValues + (4 * h + i) * kLanes) *
-                  kv[i];
+              fma_acc(acc[r * J + j],
+                      load(q + static_cast<int64_t>(r) * dk + g * kTurboValues +
+                           (4 * h + i) * kLanes),
+                      kv[i]);
         }
       }
     }
-    const v16 sums = reduce16(acc);
+    const vacc sums = reduce_acc(acc);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r)
       std::memcpy(out + r * kKeyChunk + k0, reinterpret_cast<const float*>(&sums) + r * J, J * 4);

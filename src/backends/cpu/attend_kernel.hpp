@@ -82,6 +82,9 @@ int64_t attend_scratch_floats(int32_t dk, int32_t dv, int32_t n_rows, int32_t n_
                               int64_t gather_bytes);
 
 void attend_portable(const AttendParams& p);
+#if defined(KVFLASH_CPU_AVX2)
+void attend_avx2(const AttendParams& p);
+#endif
 #if defined(KVFLASH_CPU_AVX512)
 void attend_avx512(const AttendParams& p);
 void attend_avx512vnni(const AttendParams& p);

@@ -32,21 +32,149 @@
 #include "kvflash/blocks.hpp"
 #include "kvflash/turbo.hpp"
 
-#if defined(__AVX512F__)
+// AVX2 without AVX-512 (x86-64-v3): GCC has no machine mode for a 64-byte vector there and would
+// keep every 16-lane value in memory, so the 16-lane types are pairs of 8-lane (256-bit) vectors
+// with their own operators (V16Pair below); the helpers that follow (select, vmax, to_float,
+// to_int, as_u, lane0, reduce16, hmax / hsum) have a native form, the expression the 64-byte
+// vector types take, and a pair form.
+#if !defined(__AVX512F__) && defined(__AVX2__)
+#define KVFLASH_V16_PAIR 1
+#else
+#define KVFLASH_V16_PAIR 0
+#endif
+
+#if defined(__AVX512F__) || KVFLASH_V16_PAIR
 #include <immintrin.h>
 #endif
 
 namespace kvflash::cpu::KVFLASH_ISA_NS {
 namespace {
 
+#if KVFLASH_V16_PAIR
+using v8 = float __attribute__((vector_size(32)));
+using v8i = int32_t __attribute__((vector_size(32)));
+using v8u = uint32_t __attribute__((vector_size(32)));
+// 16 lanes as two registers: lanes 0-7 in lo, 8-15 in hi (the memory layout of 16 floats).
+// Comparisons give a v16i mask (-1 / 0 per lane), which select() takes.
+template <class V, class E>
+struct V16Pair {
+  V lo, hi;
+};
+using v16 = V16Pair<v8, float>;
+using v16i = V16Pair<v8i, int32_t>;
+using v16u = V16Pair<v8u, uint32_t>;
+#define KVFLASH_PAIR_BINARY(op)                                                                  \
+  template <class V, class E>                                                                    \
+  [[gnu::always_inline]] inline V16Pair<V, E> operator op(V16Pair<V, E> a, V16Pair<V, E> b) {    \
+    return {a.lo op b.lo, a.hi op b.hi};                                                         \
+  }                                                                                              \
+  template <class V, class E>                                                                    \
+  [[gnu::always_inline]] inline V16Pair<V, E> operator op(V16Pair<V, E> a,                       \
+                                                          std::type_identity_t<E> s) {           \
+    return {a.lo op s, a.hi op s};                                                               \
+  }                                                                                              \
+  template <class V, class E>                                                                    \
+  [[gnu::always_inline]] inline V16Pair<V, E> operator op(std::type_identity_t<E> s,             \
+                                                          V16Pair<V, E> a) {                     \
+    return {s op a.lo, s op a.hi};                                                               \
+  }                                                                                              \
+  template <class V, class E>                                                                    \
+  [[gnu::always_inline]] inline V16Pair<V, E>& operator op##=(V16Pair<V, E>& a, V16Pair<V, E> b) { \
+    a.lo = a.lo op b.lo;                                                                          \
+    a.hi = a.hi op b.hi;                                                                          \
+    return a;                                                                                    \
+  }
+KVFLASH_PAIR_BINARY(+)
+KVFLASH_PAIR_BINARY(-)
+KVFLASH_PAIR_BINARY(*)
+KVFLASH_PAIR_BINARY(/)
+KVFLASH_PAIR_BINARY(&)
+KVFLASH_PAIR_BINARY(|)
+KVFLASH_PAIR_BINARY(^)
+#undef KVFLASH_PAIR_BINARY
+#define KVFLASH_PAIR_COMPARE(op)                                                            \
+  template <class V, class E>                                                               \
+  [[gnu::always_inline]] inline v16i operator op(V16Pair<V, E> a, V16Pair<V, E> b) {        \
+    return {(v8i)(a.lo op b.lo), (v8i)(a.hi op b.hi)};                                      \
+  }                                                                                         \
+  template <class V, class E>                                                               \
+  [[gnu::always_inline]] inline v16i operator op(V16Pair<V, E> a, std::type_identity_t<E> s) { \
+    const V b = V{} + s;                                                                    \
+    return {(v8i)(a.lo op b), (v8i)(a.hi op b)};                                            \
+  }
+KVFLASH_PAIR_COMPARE(<)
+KVFLASH_PAIR_COMPARE(>)
+KVFLASH_PAIR_COMPARE(<=)
+KVFLASH_PAIR_COMPARE(>=)
+KVFLASH_PAIR_COMPARE(==)
+KVFLASH_PAIR_COMPARE(!=)
+#undef KVFLASH_PAIR_COMPARE
+template <class V, class E>
+[[gnu::always_inline]] inline V16Pair<V, E> operator<<(V16Pair<V, E> a, int n) {
+  return {a.lo << n, a.hi << n};
+}
+template <class V, class E>
+[[gnu::always_inline]] inline V16Pair<V, E> operator>>(V16Pair<V, E> a, int n) {
+  return {a.lo >> n, a.hi >> n};
+}
+template <class V, class E>
+[[gnu::always_inline]] inline V16Pair<V, E> operator~(V16Pair<V, E> a) {
+  return {~a.lo, ~a.hi};
+}
+template <class V, class E>
+[[gnu::always_inline]] inline V16Pair<V, E> operator-(V16Pair<V, E> a) {
+  return {-a.lo, -a.hi};
+}
+#else
 using v16 = float __attribute__((vector_size(64)));
 using v16i = int32_t __attribute__((vector_size(64)));
 using v16u = uint32_t __attribute__((vector_size(64)));
+#endif
+static_assert(sizeof(v16) == 64 && sizeof(v16i) == 64 && sizeof(v16u) == 64);
 static_assert(kLanes == 16);
 static_assert(kKeyChunk % kLanes == 0);
 constexpr int32_t kChunkVecs = kKeyChunk / kLanes;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
+#if KVFLASH_V16_PAIR
+[[gnu::always_inline]] inline v16 load(const float* p) {
+  return {(v8)_mm256_loadu_ps(p), (v8)_mm256_loadu_ps(p + 8)};
+}
+[[gnu::always_inline]] inline void store(float* p, v16 v) {
+  _mm256_storeu_ps(p, (__m256)v.lo);
+  _mm256_storeu_ps(p + 8, (__m256)v.hi);
+}
+[[gnu::always_inline]] inline v16 splat(float x) {
+  const v8 s = (v8)_mm256_set1_ps(x);
+  return {s, s};
+}
+[[gnu::always_inline]] inline v16 as_float(v16u u) {
+  return {(v8)u.lo, (v8)u.hi};
+}
+[[gnu::always_inline]] inline v16u as_uint(v16 f) {
+  return {(v8u)f.lo, (v8u)f.hi};
+}
+// Lane-wise m ? a : b (m a comparison's mask).
+template <class V, class E>
+[[gnu::always_inline]] inline V16Pair<V, E> select(v16i m, V16Pair<V, E> a, V16Pair<V, E> b) {
+  return {m.lo ? a.lo : b.lo, m.hi ? a.hi : b.hi};
+}
+[[gnu::always_inline]] inline v16 vmax(v16 a, v16 b) {  // a > b ? a : b
+  return {(v8)_mm256_max_ps((__m256)a.lo, (__m256)b.lo), (v8)_mm256_max_ps((__m256)a.hi, (__m256)b.hi)};
+}
+[[gnu::always_inline]] inline v16 to_float(v16i v) {
+  return {__builtin_convertvector(v.lo, v8), __builtin_convertvector(v.hi, v8)};
+}
+[[gnu::always_inline]] inline v16i to_int(v16 v) {
+  return {__builtin_convertvector(v.lo, v8i), __builtin_convertvector(v.hi, v8i)};
+}
+[[gnu::always_inline]] inline v16u as_u(v16i v) {
+  return {(v8u)v.lo, (v8u)v.hi};
+}
+[[gnu::always_inline]] inline float lane0(v16 v) {
+  return v.lo[0];
+}
+#else
 inline v16 load(const float* p) {
   v16 v;
   std::memcpy(&v, p, sizeof(v));
@@ -69,6 +197,46 @@ inline v16u as_uint(v16 f) {
   std::memcpy(&u, &f, sizeof(u));
   return u;
 }
+template <class M, class V>
+[[gnu::always_inline]] inline V select(M m, V a, V b) {
+  return m ? a : b;
+}
+[[gnu::always_inline]] inline v16 vmax(v16 a, v16 b) {
+  return a > b ? a : b;
+}
+[[gnu::always_inline]] inline v16 to_float(v16i v) {
+  return __builtin_convertvector(v, v16);
+}
+[[gnu::always_inline]] inline v16i to_int(v16 v) {
+  return __builtin_convertvector(v, v16i);
+}
+[[gnu::always_inline]] inline v16u as_u(v16i v) {
+  return (v16u)v;
+}
+[[gnu::always_inline]] inline float lane0(v16 v) {
+  return v[0];
+}
+#endif
+#if KVFLASH_V16_PAIR
+// Horizontal max / sum: the two halves folded, then halving within 8 lanes.
+inline float hmax(v16 v) {
+  v8 m = v.lo > v.hi ? v.lo : v.hi;
+  v8 t = __builtin_shufflevector(m, m, 4, 5, 6, 7, 0, 1, 2, 3);
+  m = m > t ? m : t;
+  t = __builtin_shufflevector(m, m, 2, 3, 0, 1, 6, 7, 4, 5);
+  m = m > t ? m : t;
+  t = __builtin_shufflevector(m, m, 1, 0, 3, 2, 5, 4, 7, 6);
+  m = m > t ? m : t;
+  return m[0];
+}
+inline float hsum(v16 v) {
+  v8 s = v.lo + v.hi;
+  s += __builtin_shufflevector(s, s, 4, 5, 6, 7, 0, 1, 2, 3);
+  s += __builtin_shufflevector(s, s, 2, 3, 0, 1, 6, 7, 4, 5);
+  s += __builtin_shufflevector(s, s, 1, 0, 3, 2, 5, 4, 7, 6);
+  return s[0];
+}
+#else
 // Horizontal max / sum by halving (4 shuffle + op steps instead of 15 scalar ones).
 template <class Op>
 [[gnu::always_inline]] inline float hreduce(v16 v, Op op) {
@@ -84,6 +252,7 @@ inline float hmax(v16 v) {
 inline float hsum(v16 v) {
   return hreduce(v, [](v16 a, v16 b) { return a + b; });
 }
+#endif
 
 // exp(x) for x <= 0 (x = -inf gives 0): 2^(x log2 e) split into 2^n * 2^f, f in [-1/2, 1/2],
 // 2^f by a degree-6 polynomial (relative error ~2e-7, below float rounding of the sums it feeds).
@@ -101,10 +270,10 @@ inline v16 exp_neg(v16 x) {
   p = p * f + 2.402265070e-1f;
   p = p * f + 6.931471806e-1f;
   p = p * f + 1.0f;
-  const v16i ni = __builtin_convertvector(n, v16i);
-  const v16u scale = (v16u)((ni + 127) << 23);
+  const v16i ni = to_int(n);
+  const v16u scale = as_u((ni + 127) << 23);
   const v16 r = p * as_float(scale);
-  return x < -87.3f ? splat(0.0f) : r;
+  return select(x < -87.3f, splat(0.0f), r);
 }
 
 // fp16 -> fp32 for 16 values, exact for normals, subnormals, inf and NaN (the classic
@@ -112,6 +281,9 @@ inline v16 exp_neg(v16 x) {
 inline v16 half_to_float(const uint16_t* h) {
 #if defined(__AVX512F__)
   return (v16)_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)));
+#elif KVFLASH_V16_PAIR
+  return {(v8)_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h))),
+          (v8)_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 8)))};
 #else
   v16u w;
   for (int i = 0; i < kLanes; ++i) w[i] = uint32_t{h[i]} << 16;
@@ -125,7 +297,7 @@ inline v16 half_to_float(const uint16_t* h) {
 }
 
 inline float half_to_float1(uint16_t h) {
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || KVFLASH_V16_PAIR
   return _cvtsh_ss(h);
 #else
   const uint32_t w = uint32_t{h} << 16, sign = w & 0x80000000u, two_w = w + w;
@@ -160,6 +332,9 @@ inline uint16_t read_u16(const uint8_t* p) {
 inline v16i widen_u8(const uint8_t* p) {
 #if defined(__AVX512F__)
   return (v16i)_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+#elif KVFLASH_V16_PAIR
+  return {(v8i)_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))),
+          (v8i)_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8)))};
 #else
   v16i r;
   for (int i = 0; i < kLanes; ++i) r[i] = p[i];
@@ -169,6 +344,9 @@ inline v16i widen_u8(const uint8_t* p) {
 inline v16i widen_s8(const uint8_t* p) {
 #if defined(__AVX512F__)
   return (v16i)_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+#elif KVFLASH_V16_PAIR
+  return {(v8i)_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))),
+          (v8i)_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8)))};
 #else
   v16i r;
   for (int i = 0; i < kLanes; ++i) r[i] = static_cast<int8_t>(p[i]);
@@ -200,6 +378,12 @@ inline v16i widen_s8(const uint8_t* p) {
     const __m512i w =
         _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * d)));
     store(dst + (d) / kLanes * vs, (v16)_mm512_slli_epi32(w, 16));
+#elif KVFLASH_V16_PAIR
+    const auto half = [](const uint8_t* s) {
+      return (v8)_mm256_slli_epi32(
+          _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s))), 16);
+    };
+    store(dst + (d) / kLanes * vs, v16{half(src + 2 * d), half(src + 2 * d + 16)});
 #else
     v16u w;
     for (int i = 0; i < kLanes; ++i) w[i] = uint32_t{read_u16(src + 2 * (d + i))} << 16;
@@ -213,9 +397,9 @@ inline v16i widen_s8(const uint8_t* p) {
     const uint8_t* blk = src + b * sizeof(BlockQ8_0);
     const float d = half_to_float1(read_u16(blk));
     const uint8_t* qs = blk + offsetof(BlockQ8_0, qs);
-    store(dst + (b * kQ8_0Values) / kLanes * vs, __builtin_convertvector(widen_s8(qs), v16) * d);
+    store(dst + (b * kQ8_0Values) / kLanes * vs, to_float(widen_s8(qs)) * d);
     store(dst + (b * kQ8_0Values + kLanes) / kLanes * vs,
-          __builtin_convertvector(widen_s8(qs + kLanes), v16) * d);
+          to_float(widen_s8(qs + kLanes)) * d);
   }
 }
 // fp8 -> fp32 for 16 values, exact (formats.hpp): E5M2 is an fp16's top byte; E4M3 sits in an fp16
@@ -238,6 +422,23 @@ inline v16 fp8_to_float(const uint8_t* p) {
     const __mmask16 nan = _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7F));
     return (v16)_mm512_mask_mov_ps(f, nan, _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
   }
+#elif KVFLASH_V16_PAIR
+  // All 16 as fp16 in 16-bit lanes (the NaN codes made fp16 NaNs there), then 2 x 8 fp16 -> fp32.
+  const __m256i c = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  __m256i h;
+  if constexpr (T == KvType::fp8_e5m2) {
+    h = _mm256_slli_epi16(c, 8);
+  } else {
+    const __m256i mag = _mm256_and_si256(c, _mm256_set1_epi16(0x7F));
+    h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(c, _mm256_set1_epi16(0x80)), 8),
+                        _mm256_slli_epi16(mag, 7));
+    const __m256i nan = _mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x7F));
+    h = _mm256_or_si256(h, _mm256_and_si256(nan, _mm256_set1_epi16(0x7E00)));
+  }
+  v16 r = {(v8)_mm256_cvtph_ps(_mm256_castsi256_si128(h)),
+           (v8)_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1))};
+  if constexpr (T == KvType::fp8_e4m3) r = r * 256.0f;
+  return r;
 #else
   v16 r;
   for (int i = 0; i < kLanes; ++i)
@@ -256,6 +457,15 @@ template <KvType T>
 inline v16 lookup(const v16i& code, const v16& table) {
 #if defined(__AVX512F__)
   return (v16)_mm512_permutexvar_ps((__m512i)code, (__m512)table);
+#elif KVFLASH_V16_PAIR
+  // Entries 0-7 and 8-15 by one vpermps each (bits 0..2), bit 3 picks between them.
+  const auto half = [&](v8i c) {
+    const __m256i i = (__m256i)c;
+    const __m256 lo = _mm256_permutevar8x32_ps((__m256)table.lo, i);
+    const __m256 hi = _mm256_permutevar8x32_ps((__m256)table.hi, i);
+    return (v8)_mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(i, 28)));
+  };
+  return {half(code.lo), half(code.hi)};
 #else
   v16 r;
   for (int i = 0; i < kLanes; ++i) r[i] = table[code[i] & (kLanes - 1)];  // bits 0..3, as vpermps
@@ -263,18 +473,59 @@ inline v16 lookup(const v16i& code, const v16& table) {
 #endif
 }
 
+// A turbo type's lookup: turbo2 / turbo3 tables repeat every 4 / 8 entries (CentroidTable), so
+// in pairs one vpermps of the low half reads them (bits 0..2); turbo4 needs all 16.
+template <int Bits>
+[[gnu::always_inline]] inline v16 lookup_turbo(const v16i& code, const v16& table) {
+#if KVFLASH_V16_PAIR
+  if constexpr (Bits < 4) {
+    const __m256 t = (__m256)table.lo;
+    return {(v8)_mm256_permutevar8x32_ps(t, (__m256i)code.lo),
+            (v8)_mm256_permutevar8x32_ps(t, (__m256i)code.hi)};
+  }
+#endif
+  return lookup(code, table);
+}
+
 // q4_0 through the same 16-entry lookup: the block's values d * (q - 8) for q = 0..15 as one
 // table (one multiply per block), then one vpermps per 16 values, which reads only the low 4
 // bits of each lane, so the low nibbles need no mask. 5 instructions per 32 values where
 // convert + FMA took 8; exact (d has 11 significant bits, q - 8 four).
 inline v16 q4_0_table(const uint8_t* blk) {
+#if KVFLASH_V16_PAIR
+  constexpr v16 kCodes = {{-8, -7, -6, -5, -4, -3, -2, -1}, {0, 1, 2, 3, 4, 5, 6, 7}};
+#else
   constexpr v16 kCodes = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+#endif
   return kCodes * half_to_float1(read_u16(blk));
+}
+// Pairs: d * q - 8d by convert and FMA (exact: d * q has 15 significant bits), fewer
+// instructions than two vpermps and a blend per 8 values.
+[[gnu::always_inline]] inline void q4_0_values(const uint8_t* blk, v16& a, v16& b) {
+#if KVFLASH_V16_PAIR
+  const float d = half_to_float1(read_u16(blk));
+  const v16 dd = splat(d), off = splat(-8.0f * d);
+  const v16i q = widen_u8(blk + offsetof(BlockQ4_0, qs));
+  a = to_float(q & 15) * dd + off;
+  b = to_float(q >> 4) * dd + off;
+#else
+  const v16 table = q4_0_table(blk);
+  const v16i q = widen_u8(blk + offsetof(BlockQ4_0, qs));
+  a = lookup(q, table);
+  b = lookup(q >> 4, table);
+#endif
 }
 [[gnu::always_inline]] inline void deq_q4_0(const uint8_t* src, int32_t n, float* dst, int32_t vs,
                                             const float*) {
   for (int32_t b = 0; b < n / kQ4_0Values; ++b) {
     const uint8_t* blk = src + b * sizeof(BlockQ4_0);
+#if KVFLASH_V16_PAIR
+    v16 lo, hi;
+    q4_0_values(blk, lo, hi);
+    store(dst + (b * kQ4_0Values) / kLanes * vs, lo);
+    store(dst + (b * kQ4_0Values + kLanes) / kLanes * vs, hi);
+    continue;
+#endif
     const v16 table = q4_0_table(blk);
     const v16i q = widen_u8(blk + offsetof(BlockQ4_0, qs));
     store(dst + (b * kQ4_0Values) / kLanes * vs, lookup(q, table));
@@ -320,7 +571,7 @@ template <int Bits>
 #pragma GCC unroll 8
     for (int c = 0; c < kTurboValues / kLanes; ++c)
       store(dst + (g * kTurboValues + c * kLanes) / kLanes * vs,
-            lookup(turbo_codes<Bits>(qs, qh, c), scaled));
+            lookup_turbo<Bits>(turbo_codes<Bits>(qs, qh, c), scaled));
   }
 }
 
@@ -439,6 +690,33 @@ struct CentroidTable {
 
 // Sixteen dot products reduced at once: acc[j] holds lane partials of key j; returns the vector
 // whose lane j is the sum of acc[j]. Four levels of pairwise shuffle-and-add keep key order.
+#if KVFLASH_V16_PAIR
+// Pair form: each acc[j]'s halves added, then two 8 x 8 transposing reductions (lane j of the
+// result from acc[j] and acc[j + 4] paired in 128-bit halves first, so that the in-lane shuffles
+// of the last two levels leave the keys in order).
+[[gnu::always_inline]] inline v8 reduce8(const v8 (&s)[8]) {
+  v8 t[4], u[2];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i)
+    t[i] = __builtin_shufflevector(s[i], s[i + 4], 0, 1, 2, 3, 8, 9, 10, 11) +
+           __builtin_shufflevector(s[i], s[i + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+#pragma GCC unroll 2
+  for (int k = 0; k < 2; ++k)
+    u[k] = __builtin_shufflevector(t[2 * k], t[2 * k + 1], 0, 1, 8, 9, 4, 5, 12, 13) +
+           __builtin_shufflevector(t[2 * k], t[2 * k + 1], 2, 3, 10, 11, 6, 7, 14, 15);
+  return __builtin_shufflevector(u[0], u[1], 0, 2, 8, 10, 4, 6, 12, 14) +
+         __builtin_shufflevector(u[0], u[1], 1, 3, 9, 11, 5, 7, 13, 15);
+}
+[[gnu::always_inline]] inline v16 reduce16(v16 (&acc)[kLanes]) {
+  v8 lo[8], hi[8];
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; ++j) {
+    lo[j] = acc[j].lo + acc[j].hi;
+    hi[j] = acc[j + 8].lo + acc[j + 8].hi;
+  }
+  return {reduce8(lo), reduce8(hi)};
+}
+#else
 template <class V>
 [[gnu::always_inline]] inline V reduce16(V (&acc)[kLanes]) {
   V x[8], y[4], z[2];
@@ -465,6 +743,32 @@ template <class V>
          __builtin_shufflevector(z[0], z[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29,
                                  31);
 }
+#endif
+
+// The scores' accumulators: one per (row, key) of a step, kAccLanes of them reduced at once.
+// Native: 16-lane vectors (reduce16). Pairs: 8-lane ones, each FMA adding both halves of a
+// product into one (16 accumulators of two registers would not fit AVX2's 16 registers); J =
+// kAccLanes / R keys per step.
+#if KVFLASH_V16_PAIR
+using vacc = v8;
+constexpr int kAccLanes = 8;
+[[gnu::always_inline]] inline void fma_acc(vacc& acc, v16 q, v16 k) {
+  acc += q.lo * k.lo;
+  acc += q.hi * k.hi;
+}
+[[gnu::always_inline]] inline vacc reduce_acc(vacc (&acc)[kAccLanes]) {
+  return reduce8(acc);
+}
+#else
+using vacc = v16;
+constexpr int kAccLanes = kLanes;
+[[gnu::always_inline]] inline void fma_acc(vacc& acc, v16 q, v16 k) {
+  acc += q * k;
+}
+[[gnu::always_inline]] inline vacc reduce_acc(vacc (&acc)[kAccLanes]) {
+  return reduce16(acc);
+}
+#endif
 
 // Scores of R rows against the kKeyChunk keys of the K tile, J = 16 / R keys at a time. The tile
 // is stored (dk / 16, kKeyChunk, 16): the keys' vectors of one 16-dim slice are adjacent, so the
@@ -475,10 +779,10 @@ template <class V>
 template <int R>
 [[gnu::always_inline]] inline void score_rows(const float* q, int32_t dk, const float* ktile,
                                               float* out) {
-  constexpr int J = kLanes / R;
-  static_assert(R * J == kLanes && kKeyChunk % J == 0);
+  constexpr int J = kAccLanes / R;
+  static_assert(R * J == kAccLanes && kKeyChunk % J == 0);
   for (int32_t k0 = 0; k0 < kKeyChunk; k0 += J) {
-    v16 acc[kLanes] = {};
+    vacc acc[kAccLanes] = {};
     const float* kt = ktile + (k0 / kLanes) * kLanes * kLanes + (k0 % kLanes) * kLanes;
     for (int32_t d = 0; d < dk; d += kLanes, kt += kKeyChunk * kLanes) {
       v16 kv[J];
@@ -488,10 +792,10 @@ template <int R>
       for (int r = 0; r < R; ++r) {
         const v16 qv = load(q + static_cast<int64_t>(r) * dk + d);
 #pragma GCC unroll 16
-        for (int j = 0; j < J; ++j) acc[r * J + j] += qv * kv[j];
+        for (int j = 0; j < J; ++j) fma_acc(acc[r * J + j], qv, kv[j]);
       }
     }
-    const v16 sums = reduce16(acc);
+    const vacc sums = reduce_acc(acc);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r)
       std::memcpy(out + r * kKeyChunk + k0, reinterpret_cast<const float*>(&sums) + r * J, J * 4);
@@ -815,11 +1119,16 @@ void attend_head(const AttendParams& p, const Context<Rows>& ctx,
       const bool whole = jlo == 0 && jhi == kKeyChunk - 1;  // decode: every chunk but the last
       for (int32_t c = 0; c < kChunkVecs; ++c) {
         if (!whole) {
+#if KVFLASH_V16_PAIR
+          const v16i pos =
+              v16i{{0, 1, 2, 3, 4, 5, 6, 7}, {8, 9, 10, 11, 12, 13, 14, 15}} + c * kLanes;
+#else
           v16i pos;
           for (int k = 0; k < kLanes; ++k) pos[k] = c * kLanes + k;
-          s[c] = ((pos < jlo) | (pos > jhi)) ? splat(kNegInf) : s[c];
+#endif
+          s[c] = select((pos < jlo) | (pos > jhi), splat(kNegInf), s[c]);
         }
-        mx = mx > s[c] ? mx : s[c];
+        mx = vmax(mx, s[c]);
       }
       const float row_max = hmax(mx);
       if (row_max == kNegInf) {  // every visible key masked to -inf
@@ -831,7 +1140,7 @@ void attend_head(const AttendParams& p, const Context<Rows>& ctx,
       // exp_neg (the kernel's own exp) rather than a libm call; 1 exactly when the max holds.
       const float alpha = p.m[r] == kNegInf ? 0.0f
                           : m_new == p.m[r] ? 1.0f
-                                            : exp_neg(splat(p.m[r] - m_new))[0];
+                                            : lane0(exp_neg(splat(p.m[r] - m_new)));
       v16 lsum = {};
       for (int32_t c = 0; c < kChunkVecs; ++c) {
         const v16 e = exp_neg(s[c] - m_new);

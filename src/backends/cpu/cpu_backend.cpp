@@ -4,7 +4,7 @@
 #include "backends/cpu/cpu_backend.hpp"
 
 #include <fmt/format.h>
-#if defined(KVFLASH_CPU_AVX512)
+#if defined(KVFLASH_CPU_AVX512) || defined(KVFLASH_CPU_AVX2)
 #include <cpuid.h>
 #endif
 
@@ -276,12 +276,26 @@ std::optional<std::string> reject_prefill_sized(const AttentionProblem& p) {
   return std::nullopt;
 }
 
-#if defined(KVFLASH_CPU_AVX512)
+#if defined(KVFLASH_CPU_AVX512) || defined(KVFLASH_CPU_AVX2)
 // F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
 bool cpu_has_f16c() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
 }
+#endif
+#if defined(KVFLASH_CPU_AVX2)
+// x86-64-v3 as the AVX2 kernels use it: AVX2, FMA, F16C.
+bool cpu_has_avx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
+}
+std::optional<std::string> reject_no_avx2(const AttentionProblem&) {
+  static const bool ok = cpu_has_avx2();
+  if (ok) return std::nullopt;
+  return std::string("this processor lacks AVX2 with F16C and FMA");
+}
+#endif
+#if defined(KVFLASH_CPU_AVX512)
 bool cpu_has_avx512() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -310,7 +324,12 @@ std::optional<std::string> reject_no_turbo(const AttentionProblem& p) {
 // process, on stderr).
 void plan_cpu_portable(Plan& plan) {
   static const bool warned = [] {
-#if defined(KVFLASH_CPU_AVX512)
+#if defined(KVFLASH_CPU_AVX512) && defined(KVFLASH_CPU_AVX2)
+    const std::optional<std::string> w =
+        portable_only_warning(true, cpu_has_avx512() || cpu_has_avx2());
+#elif defined(KVFLASH_CPU_AVX2)
+    const std::optional<std::string> w = portable_only_warning(true, cpu_has_avx2());
+#elif defined(KVFLASH_CPU_AVX512)
     const std::optional<std::string> w = portable_only_warning(true, cpu_has_avx512());
 #else
     const std::optional<std::string> w = portable_only_warning(false, false);
@@ -344,18 +363,18 @@ KernelCandidate make_candidate(std::string name, int priority, KernelFn fn, bool
 
 }  // namespace
 
-std::optional<std::string> portable_only_warning(bool built_avx512, bool cpu_avx512) {
-  if (built_avx512 && cpu_avx512) return std::nullopt;
+std::optional<std::string> portable_only_warning(bool built_x86, bool cpu_x86) {
+  if (built_x86 && cpu_x86) return std::nullopt;
   return fmt::format(
       "kvflash: warning: the CPU kernels run their portable build, {}: expect 15-20x the time of "
-      "the AVX-512 kernels (AVX2 and NEON kernels are not written yet)",
-      built_avx512 ? "this processor lacks AVX-512 F/BW/DQ/VL with F16C and FMA"
-                   : "this library was built without the AVX-512 kernels (not x86-64)");
+      "the AVX2 and AVX-512 kernels (NEON kernels are not written yet)",
+      built_x86 ? "this processor lacks AVX2 with F16C and FMA"
+                : "this library was built without the AVX2 and AVX-512 kernels (not x86-64)");
 }
 
 // Priorities: a decode kernel beats prefill for the problems both accept (its tile holds every
-// query token); AVX-512 beats portable, and its VNNI build beats it for turbo K or V. The portable
-// pair covers the whole space on any CPU.
+// query token); AVX-512 beats AVX2, AVX2 beats portable, and the VNNI build beats AVX-512 for turbo
+// K or V. The portable pair covers the whole space on any CPU.
 void register_kernels(std::vector<KernelCandidate>& out) {
 #if defined(KVFLASH_CPU_AVX512)
   {
@@ -367,6 +386,16 @@ void register_kernels(std::vector<KernelCandidate>& out) {
   }
   out.push_back(make_candidate("cpu.decode.avx512", 200, attend_avx512, true, true));
   out.push_back(make_candidate("cpu.prefill.avx512", 190, attend_avx512, false, true));
+#endif
+#if defined(KVFLASH_CPU_AVX2)
+  {
+    KernelCandidate decode = make_candidate("cpu.decode.avx2", 150, attend_avx2, true, false);
+    decode.guards.insert(decode.guards.begin(), {"isa", reject_no_avx2});
+    out.push_back(std::move(decode));
+    KernelCandidate prefill = make_candidate("cpu.prefill.avx2", 140, attend_avx2, false, false);
+    prefill.guards.insert(prefill.guards.begin(), {"isa", reject_no_avx2});
+    out.push_back(std::move(prefill));
+  }
 #endif
   out.push_back(make_candidate("cpu.decode.portable", 100, attend_portable, true, false));
   out.push_back(make_candidate("cpu.prefill.portable", 90, attend_portable, false, false));
