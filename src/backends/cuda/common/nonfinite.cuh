@@ -3,7 +3,7 @@
 // 0 * inf is NaN, so a NaN or inf in the V row of a key hidden from that row (a causal future key
 // of an earlier query, a key masked for some queries) would reach it. Where a tile has such a
 // key, cuda.prefill takes its non-finite values as 0 in the MMA (finite_or_zero) and adds each to
-// the accumulators of the rows that see the key (prefill_tiles.cuh, nonfinite_v_rows).
+// the accumulators of the rows that see the key (prefill_hidden_keys.cuh, nonfinite_v_rows).
 #pragma once
 
 #include <cuda_bf16.h>
