@@ -32,6 +32,21 @@ void hide_by_mask(HostInputs& in, int32_t s, int32_t queries, int64_t j) {
 }
 
 // The plan run once on the device over `in`'s tensors, its outputs read back.
+// Two sequences of n_q_tokens queries, causal, over K/V types k and v (the cases' common shape).
+AttentionProblem two_sequences(int32_t n_q_tokens, int32_t n_q_heads, int32_t n_kv_heads, KvType k,
+                               KvType v, int64_t kv_capacity) {
+  AttentionProblem p;
+  p.n_seqs = 2;
+  p.n_q_tokens = n_q_tokens;
+  p.n_q_heads = n_q_heads;
+  p.n_kv_heads = n_kv_heads;
+  p.k_type = k;
+  p.v_type = v;
+  p.kv_capacity = kv_capacity;
+  p.causal = true;
+  return p;
+}
+
 Expected<HostOutputs> run_once(const Plan& pl, const HostInputs& in) {
   Expected<gpu::Stream> stream = gpu::Stream::create();
   if (!stream) return stream.error();
@@ -88,14 +103,7 @@ TEST_P(CudaHiddenKeys, NeverReachTheOutput) {
   KVFLASH_REQUIRE_GPU();
   const HiddenCase& c = GetParam();
   KVFLASH_REQUIRE_PAIR(c.k_type, c.v_type);
-  AttentionProblem p;
-  p.n_seqs = 2;
-  p.n_q_tokens = c.n_q_tokens;
-  p.n_q_heads = 8;
-  p.n_kv_heads = 2;
-  p.k_type = c.k_type;
-  p.v_type = c.v_type;
-  p.kv_capacity = c.len;
+  AttentionProblem p = two_sequences(c.n_q_tokens, 8, 2, c.k_type, c.v_type, c.len);
   p.has_mask = c.hide != Hide::window;
   p.has_sinks = c.hide == Hide::all_masked_sink;
   if (c.hide == Hide::window) p.window = c.len / 3;
@@ -192,16 +200,9 @@ TEST_P(CudaSplitHiddenKeys, ReachOnlyTheRowsThatSeeThem) {
   KVFLASH_REQUIRE_GPU();
   const SplitCase& c = GetParam();
   KVFLASH_REQUIRE_PAIR(c.k_type, c.v_type);
-  AttentionProblem p;
-  p.n_seqs = 2;
-  p.n_q_tokens = c.n_q_tokens;
-  p.n_q_heads = c.n_q_heads;
-  p.n_kv_heads = c.n_kv_heads;
-  p.k_type = c.k_type;
-  p.v_type = c.v_type;
-  p.kv_capacity = 3000;
+  AttentionProblem p =
+      two_sequences(c.n_q_tokens, c.n_q_heads, c.n_kv_heads, c.k_type, c.v_type, 3000);
   p.head_dim = {c.head_dim, c.head_dim};
-  p.causal = true;
   p.has_mask = c.mask;
   const Expected<Plan> pl = plan_cuda(p);
   if (!pl && pl.error().code == ErrorCode::unsupported)

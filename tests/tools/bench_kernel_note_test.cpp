@@ -22,8 +22,9 @@ TEST(PortableKernelNote, NamesThePortableKernelChosenForWantOfAFasterOne) {
 }
 
 TEST(PortableKernelNote, NothingForOtherKernelsOrAPortableKernelAskedFor) {
-  for (const char* kernel : {"cpu.decode.avx512", "cpu.decode.avx512vnni", "cpu.prefill.avx512",
-                             "cpu.decode.avx2", "cpu.prefill.avx2", "cuda.decode", "cuda.prefill", "cpu.reference", "portable", ""})
+  for (const char* kernel :
+       {"cpu.decode.avx512", "cpu.decode.avx512vnni", "cpu.prefill.avx512", "cpu.decode.avx2",
+        "cpu.prefill.avx2", "cuda.decode", "cuda.prefill", "cpu.reference", "portable", ""})
     EXPECT_FALSE(portable_kernel_note(kernel, false).has_value()) << kernel;
   EXPECT_FALSE(portable_kernel_note("cpu.decode.portable", true).has_value());
 }
