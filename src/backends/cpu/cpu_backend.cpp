@@ -324,10 +324,8 @@ std::optional<std::string> reject_no_turbo(const AttentionProblem& p) {
 // process, on stderr).
 void plan_cpu_portable(Plan& plan) {
   static const bool warned = [] {
-#if defined(KVFLASH_CPU_AVX512) && defined(KVFLASH_CPU_AVX2)
-    const std::optional<std::string> w =
-        portable_only_warning(true, cpu_has_avx512() || cpu_has_avx2());
-#elif defined(KVFLASH_CPU_AVX2)
+  // (a processor with AVX-512 has AVX2, a build with the AVX-512 kernels the AVX2 ones)
+#if defined(KVFLASH_CPU_AVX2)
     const std::optional<std::string> w = portable_only_warning(true, cpu_has_avx2());
 #elif defined(KVFLASH_CPU_AVX512)
     const std::optional<std::string> w = portable_only_warning(true, cpu_has_avx512());
@@ -341,18 +339,17 @@ void plan_cpu_portable(Plan& plan) {
   plan_cpu(plan);
 }
 
+using RejectFn = std::optional<std::string> (*)(const AttentionProblem&);
+
+// isa: the guard of the instruction set fn is compiled for (nullptr: any processor).
 KernelCandidate make_candidate(std::string name, int priority, KernelFn fn, bool decode_only,
-                               bool needs_avx512) {
+                               RejectFn isa) {
   KernelCandidate c;
   c.name = std::move(name);
   c.backend = Backend::cpu;
   c.priority = priority;
   c.opt_in_only = false;
-#if defined(KVFLASH_CPU_AVX512)
-  if (needs_avx512) c.guards.push_back({"isa", reject_no_avx512});
-#else
-  (void)needs_avx512;
-#endif
+  if (isa != nullptr) c.guards.push_back({"isa", isa});
   if (decode_only) c.guards.push_back({"decode_q_tokens", reject_prefill_sized});
   c.make_plan = fn == attend_portable ? plan_cpu_portable : plan_cpu;
   c.run = [fn](const Plan& plan, const AttentionTensors& t, void* ws, void*) {
@@ -379,26 +376,19 @@ void register_kernels(std::vector<KernelCandidate>& out) {
 #if defined(KVFLASH_CPU_AVX512)
   {
     KernelCandidate vnni =
-        make_candidate("cpu.decode.avx512vnni", 210, attend_avx512vnni, true, false);
-    vnni.guards.insert(vnni.guards.begin(),
-                       {{"isa", reject_no_vnni}, {"kv_types", reject_no_turbo}});
+        make_candidate("cpu.decode.avx512vnni", 210, attend_avx512vnni, true, reject_no_vnni);
+    vnni.guards.insert(vnni.guards.begin() + 1, {"kv_types", reject_no_turbo});
     out.push_back(std::move(vnni));
   }
-  out.push_back(make_candidate("cpu.decode.avx512", 200, attend_avx512, true, true));
-  out.push_back(make_candidate("cpu.prefill.avx512", 190, attend_avx512, false, true));
+  out.push_back(make_candidate("cpu.decode.avx512", 200, attend_avx512, true, reject_no_avx512));
+  out.push_back(make_candidate("cpu.prefill.avx512", 190, attend_avx512, false, reject_no_avx512));
 #endif
 #if defined(KVFLASH_CPU_AVX2)
-  {
-    KernelCandidate decode = make_candidate("cpu.decode.avx2", 150, attend_avx2, true, false);
-    decode.guards.insert(decode.guards.begin(), {"isa", reject_no_avx2});
-    out.push_back(std::move(decode));
-    KernelCandidate prefill = make_candidate("cpu.prefill.avx2", 140, attend_avx2, false, false);
-    prefill.guards.insert(prefill.guards.begin(), {"isa", reject_no_avx2});
-    out.push_back(std::move(prefill));
-  }
+  out.push_back(make_candidate("cpu.decode.avx2", 150, attend_avx2, true, reject_no_avx2));
+  out.push_back(make_candidate("cpu.prefill.avx2", 140, attend_avx2, false, reject_no_avx2));
 #endif
-  out.push_back(make_candidate("cpu.decode.portable", 100, attend_portable, true, false));
-  out.push_back(make_candidate("cpu.prefill.portable", 90, attend_portable, false, false));
+  out.push_back(make_candidate("cpu.decode.portable", 100, attend_portable, true, nullptr));
+  out.push_back(make_candidate("cpu.prefill.portable", 90, attend_portable, false, nullptr));
 
   KernelCandidate ref;
   ref.name = "cpu.reference";
