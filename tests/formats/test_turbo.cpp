@@ -149,7 +149,12 @@ TEST(TurboTables, LloydFixedPointAndDistortion) {
 }
 
 // The committed include/kvflash/turbo_tables.hpp is byte-identical to the generator's output.
+// It is generated on x86-64: elsewhere the solver's last bits differ (AArch64 fuses a * b + c into
+// one rounding, and libm's erf differs), while every build uses the committed tables.
 TEST(TurboTables, CommittedHeaderIsUpToDate) {
+#if !defined(__x86_64__)
+  GTEST_SKIP() << "the committed tables are generated on x86-64";
+#endif
   std::string here = __FILE__;  // .../tests/formats/test_turbo.cpp
   const std::string suffix = "tests/formats/test_turbo.cpp";
   ASSERT_GE(here.size(), suffix.size());

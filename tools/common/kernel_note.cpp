@@ -14,9 +14,8 @@ std::optional<std::string> portable_kernel_note(std::string_view kernel, bool st
       kernel.substr(kernel.size() - kSuffix.size()) != kSuffix)
     return std::nullopt;
   return fmt::format(
-      "note: the CPU backend runs {} here: this CPU or build has neither the AVX2 nor the AVX-512 "
-      "kernels, the only fast CPU kernels so far (NEON ones are to come); expect many times "
-      "their time",
+      "note: the CPU backend runs {} here: this CPU or build has none of the AVX2, AVX-512 and "
+      "NEON kernels; expect many times their time",
       kernel);
 }
 

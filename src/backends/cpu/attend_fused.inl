@@ -29,7 +29,7 @@ template <KvType T>
     b = to_float(widen_s8(blk + 2 + kLanes)) * d;
   } else if constexpr (T == KvType::q4_0) {
     const uint8_t* blk = row + u * sizeof(BlockQ4_0);
-#if KVFLASH_V16_PAIR
+#if KVFLASH_V16_SPLIT
     q4_0_values(blk, a, b);
 #else
     const v16 lut = q4_0_table(blk);
@@ -118,8 +118,8 @@ void score_fused(const float* q, int32_t dk, Rows k, int32_t n, const float* tab
 // accumulators stay in registers across the keys.
 template <KvType T, int R, class Rows>
 void pv_fused(const float* w, Rows v, int32_t n, int32_t dv, const float* table, float* o) {
-#if KVFLASH_V16_PAIR
-  constexpr int U2 = R == 1 ? 2 : 1;  // AVX2's 16 registers
+#if KVFLASH_V16_SPLIT
+  constexpr int U2 = R == 1 ? 2 : 1;  // AVX2's 16 registers (NEON's 32 hold as many bytes)
 #else
   constexpr int U2 = R == 4 ? 2 : 4;  // 32-value units per block
 #endif
@@ -245,10 +245,10 @@ void score_turbo(const float* q, int32_t dk, Rows k, int32_t n, const float* tab
           for (int i = 0; i < 4; ++i)
 #pragma GCC unroll 4
             for (int r = 0; r < R; ++r)
-              fma_acc(acc[r * J + j],
-                      load(q + static_cast<int64_t>(r) * dk + g * kTurboValues +
-                           (4 * h + i) * kLanes),
-                      kv[i]);
+              fma_acc(
+                  acc[r * J + j],
+                  load(q + static_cast<int64_t>(r) * dk + g * kTurboValues + (4 * h + i) * kLanes),
+                  kv[i]);
         }
       }
     }

@@ -89,5 +89,8 @@ void attend_avx2(const AttendParams& p);
 void attend_avx512(const AttendParams& p);
 void attend_avx512vnni(const AttendParams& p);
 #endif
+#if defined(KVFLASH_CPU_NEON)
+void attend_neon(const AttendParams& p);
+#endif
 
 }  // namespace kvflash::cpu

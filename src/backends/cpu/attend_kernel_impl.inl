@@ -1,7 +1,7 @@
 // Body of the CPU attention kernel, included once per instruction set by attend_kernel_<isa>.cpp
 // inside its own namespace (KVFLASH_ISA_NS), so that no inline function compiled for one
 // instruction set can be picked by the linker for another. Written with GCC/Clang vector
-// extensions (16 floats), which lower to one AVX-512 register or to four SSE registers.
+// extensions (16 floats): one AVX-512 register, or (V16Split) two AVX2 or four NEON registers.
 //
 // Per chunk of kKeyChunk keys: score every row against the chunk's keys (16 dot products at a
 // time, with a transposing reduction so each costs a handful of shuffles instead of a horizontal
@@ -32,98 +32,116 @@
 #include "kvflash/blocks.hpp"
 #include "kvflash/turbo.hpp"
 
-// AVX2 without AVX-512 (x86-64-v3): GCC has no machine mode for a 64-byte vector there and would
-// keep every 16-lane value in memory, so the 16-lane types are pairs of 8-lane (256-bit) vectors
-// with their own operators (V16Pair below); the helpers that follow (select, vmax, to_float,
+// Without AVX-512 the compiler has no machine mode for a 64-byte vector and would keep every
+// 16-lane value in memory, so there the 16-lane types are made of native vectors with their own
+// operators (V16Split below): two 256-bit ones on AVX2 (x86-64-v3), four 128-bit ones on AArch64
+// (the NEON build, attend_kernel_neon.cpp). The helpers that follow (select, vmax, to_float,
 // to_int, as_u, lane0, reduce16, hmax / hsum) have a native form, the expression the 64-byte
-// vector types take, and a pair form.
+// vector types take, and a split form. KVFLASH_V16_SPLIT: native vectors per 16 lanes (0: one).
 #if !defined(__AVX512F__) && defined(__AVX2__)
-#define KVFLASH_V16_PAIR 1
-#else
-#define KVFLASH_V16_PAIR 0
+#define KVFLASH_V16_SPLIT 2
+#elif defined(KVFLASH_NEON_KERNEL)
+#if !defined(__aarch64__)
+#error "the NEON kernel is built for AArch64 only"
 #endif
+#define KVFLASH_V16_SPLIT 4
+#else
+#define KVFLASH_V16_SPLIT 0
+#endif
+#define KVFLASH_X86_SPLIT (KVFLASH_V16_SPLIT == 2)
 
-#if defined(__AVX512F__) || KVFLASH_V16_PAIR
+#if defined(__AVX512F__) || KVFLASH_X86_SPLIT
 #include <immintrin.h>
+#elif KVFLASH_V16_SPLIT
+#include <arm_neon.h>
 #endif
 
 namespace kvflash::cpu::KVFLASH_ISA_NS {
 namespace {
 
-#if KVFLASH_V16_PAIR
-using v8 = float __attribute__((vector_size(32)));
-using v8i = int32_t __attribute__((vector_size(32)));
-using v8u = uint32_t __attribute__((vector_size(32)));
-// 16 lanes as two registers: lanes 0-7 in lo, 8-15 in hi (the memory layout of 16 floats).
-// Comparisons give a v16i mask (-1 / 0 per lane), which select() takes.
+#if KVFLASH_V16_SPLIT
+constexpr int kParts = KVFLASH_V16_SPLIT;
+constexpr int kPartLanes = 16 / kParts;
+// One native vector (a part of 16 lanes).
+using vn = float __attribute__((vector_size(4 * kPartLanes)));
+using vni = int32_t __attribute__((vector_size(4 * kPartLanes)));
+using vnu = uint32_t __attribute__((vector_size(4 * kPartLanes)));
+// 16 lanes as kParts registers: lanes 0 .. kPartLanes-1 in part[0], and so on (the memory layout
+// of 16 floats). Comparisons give a v16i mask (-1 / 0 per lane), which select() takes.
 template <class V, class E>
-struct V16Pair {
-  V lo, hi;
+struct V16Split {
+  V part[kParts];
 };
-using v16 = V16Pair<v8, float>;
-using v16i = V16Pair<v8i, int32_t>;
-using v16u = V16Pair<v8u, uint32_t>;
-#define KVFLASH_PAIR_BINARY(op)                                                                  \
+using v16 = V16Split<vn, float>;
+using v16i = V16Split<vni, int32_t>;
+using v16u = V16Split<vnu, uint32_t>;
+// Part by part: R r; r.part[i] = expr for every part i (loops the compiler unrolls, so every part
+// stays a register).
+#define KVFLASH_PER_PART(R, ...)                                                      \
+  R r;                                                                                \
+  _Pragma("GCC unroll 4") for (int i = 0; i < kParts; ++i) r.part[i] = (__VA_ARGS__); \
+  return r
+#define KVFLASH_SPLIT_BINARY(op)                                                                 \
   template <class V, class E>                                                                    \
-  [[gnu::always_inline]] inline V16Pair<V, E> operator op(V16Pair<V, E> a, V16Pair<V, E> b) {    \
-    return {a.lo op b.lo, a.hi op b.hi};                                                         \
+  [[gnu::always_inline]] inline V16Split<V, E> operator op(V16Split<V, E> a, V16Split<V, E> b) { \
+    KVFLASH_PER_PART(decltype(a), a.part[i] op b.part[i]);                                       \
   }                                                                                              \
   template <class V, class E>                                                                    \
-  [[gnu::always_inline]] inline V16Pair<V, E> operator op(V16Pair<V, E> a,                       \
-                                                          std::type_identity_t<E> s) {           \
-    return {a.lo op s, a.hi op s};                                                               \
+  [[gnu::always_inline]] inline V16Split<V, E> operator op(V16Split<V, E> a,                     \
+                                                           std::type_identity_t<E> s) {          \
+    KVFLASH_PER_PART(decltype(a), a.part[i] op s);                                               \
   }                                                                                              \
   template <class V, class E>                                                                    \
-  [[gnu::always_inline]] inline V16Pair<V, E> operator op(std::type_identity_t<E> s,             \
-                                                          V16Pair<V, E> a) {                     \
-    return {s op a.lo, s op a.hi};                                                               \
+  [[gnu::always_inline]] inline V16Split<V, E> operator op(std::type_identity_t<E> s,            \
+                                                           V16Split<V, E> a) {                   \
+    KVFLASH_PER_PART(decltype(a), s op a.part[i]);                                               \
   }                                                                                              \
   template <class V, class E>                                                                    \
-  [[gnu::always_inline]] inline V16Pair<V, E>& operator op##=(V16Pair<V, E>& a, V16Pair<V, E> b) { \
-    a.lo = a.lo op b.lo;                                                                          \
-    a.hi = a.hi op b.hi;                                                                          \
+  [[gnu::always_inline]] inline V16Split<V, E>& operator op##=(V16Split<V, E>& a,                \
+                                                               V16Split<V, E> b) {               \
+    _Pragma("GCC unroll 4") for (int i = 0; i < kParts; ++i) a.part[i] = a.part[i] op b.part[i]; \
     return a;                                                                                    \
   }
-KVFLASH_PAIR_BINARY(+)
-KVFLASH_PAIR_BINARY(-)
-KVFLASH_PAIR_BINARY(*)
-KVFLASH_PAIR_BINARY(/)
-KVFLASH_PAIR_BINARY(&)
-KVFLASH_PAIR_BINARY(|)
-KVFLASH_PAIR_BINARY(^)
-#undef KVFLASH_PAIR_BINARY
-#define KVFLASH_PAIR_COMPARE(op)                                                            \
-  template <class V, class E>                                                               \
-  [[gnu::always_inline]] inline v16i operator op(V16Pair<V, E> a, V16Pair<V, E> b) {        \
-    return {(v8i)(a.lo op b.lo), (v8i)(a.hi op b.hi)};                                      \
-  }                                                                                         \
-  template <class V, class E>                                                               \
-  [[gnu::always_inline]] inline v16i operator op(V16Pair<V, E> a, std::type_identity_t<E> s) { \
-    const V b = V{} + s;                                                                    \
-    return {(v8i)(a.lo op b), (v8i)(a.hi op b)};                                            \
+KVFLASH_SPLIT_BINARY(+)
+KVFLASH_SPLIT_BINARY(-)
+KVFLASH_SPLIT_BINARY(*)
+KVFLASH_SPLIT_BINARY(/)
+KVFLASH_SPLIT_BINARY(&)
+KVFLASH_SPLIT_BINARY(|)
+KVFLASH_SPLIT_BINARY(^)
+#undef KVFLASH_SPLIT_BINARY
+#define KVFLASH_SPLIT_COMPARE(op)                                                               \
+  template <class V, class E>                                                                   \
+  [[gnu::always_inline]] inline v16i operator op(V16Split<V, E> a, V16Split<V, E> b) {          \
+    KVFLASH_PER_PART(v16i, (vni)(a.part[i] op b.part[i]));                                      \
+  }                                                                                             \
+  template <class V, class E>                                                                   \
+  [[gnu::always_inline]] inline v16i operator op(V16Split<V, E> a, std::type_identity_t<E> s) { \
+    const V b = V{} + s;                                                                        \
+    KVFLASH_PER_PART(v16i, (vni)(a.part[i] op b));                                              \
   }
-KVFLASH_PAIR_COMPARE(<)
-KVFLASH_PAIR_COMPARE(>)
-KVFLASH_PAIR_COMPARE(<=)
-KVFLASH_PAIR_COMPARE(>=)
-KVFLASH_PAIR_COMPARE(==)
-KVFLASH_PAIR_COMPARE(!=)
-#undef KVFLASH_PAIR_COMPARE
+KVFLASH_SPLIT_COMPARE(<)
+KVFLASH_SPLIT_COMPARE(>)
+KVFLASH_SPLIT_COMPARE(<=)
+KVFLASH_SPLIT_COMPARE(>=)
+KVFLASH_SPLIT_COMPARE(==)
+KVFLASH_SPLIT_COMPARE(!=)
+#undef KVFLASH_SPLIT_COMPARE
 template <class V, class E>
-[[gnu::always_inline]] inline V16Pair<V, E> operator<<(V16Pair<V, E> a, int n) {
-  return {a.lo << n, a.hi << n};
+[[gnu::always_inline]] inline V16Split<V, E> operator<<(V16Split<V, E> a, int n) {
+  KVFLASH_PER_PART(decltype(a), a.part[i] << n);
 }
 template <class V, class E>
-[[gnu::always_inline]] inline V16Pair<V, E> operator>>(V16Pair<V, E> a, int n) {
-  return {a.lo >> n, a.hi >> n};
+[[gnu::always_inline]] inline V16Split<V, E> operator>>(V16Split<V, E> a, int n) {
+  KVFLASH_PER_PART(decltype(a), a.part[i] >> n);
 }
 template <class V, class E>
-[[gnu::always_inline]] inline V16Pair<V, E> operator~(V16Pair<V, E> a) {
-  return {~a.lo, ~a.hi};
+[[gnu::always_inline]] inline V16Split<V, E> operator~(V16Split<V, E> a) {
+  KVFLASH_PER_PART(decltype(a), ~a.part[i]);
 }
 template <class V, class E>
-[[gnu::always_inline]] inline V16Pair<V, E> operator-(V16Pair<V, E> a) {
-  return {-a.lo, -a.hi};
+[[gnu::always_inline]] inline V16Split<V, E> operator-(V16Split<V, E> a) {
+  KVFLASH_PER_PART(decltype(a), -a.part[i]);
 }
 #else
 using v16 = float __attribute__((vector_size(64)));
@@ -136,43 +154,75 @@ static_assert(kKeyChunk % kLanes == 0);
 constexpr int32_t kChunkVecs = kKeyChunk / kLanes;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-#if KVFLASH_V16_PAIR
+#if KVFLASH_V16_SPLIT
+#if KVFLASH_X86_SPLIT
+[[gnu::always_inline]] inline vn load_part(const float* p) {
+  return (vn)_mm256_loadu_ps(p);
+}
+[[gnu::always_inline]] inline void store_part(float* p, vn v) {
+  _mm256_storeu_ps(p, (__m256)v);
+}
+[[gnu::always_inline]] inline vn splat_part(float x) {
+  return (vn)_mm256_set1_ps(x);
+}
+#else
+[[gnu::always_inline]] inline vn load_part(const float* p) {
+  return vld1q_f32(p);
+}
+[[gnu::always_inline]] inline void store_part(float* p, vn v) {
+  vst1q_f32(p, v);
+}
+[[gnu::always_inline]] inline vn splat_part(float x) {
+  return vdupq_n_f32(x);
+}
+#endif
 [[gnu::always_inline]] inline v16 load(const float* p) {
-  return {(v8)_mm256_loadu_ps(p), (v8)_mm256_loadu_ps(p + 8)};
+  KVFLASH_PER_PART(v16, load_part(p + i * kPartLanes));
 }
 [[gnu::always_inline]] inline void store(float* p, v16 v) {
-  _mm256_storeu_ps(p, (__m256)v.lo);
-  _mm256_storeu_ps(p + 8, (__m256)v.hi);
+#pragma GCC unroll 4
+  for (int i = 0; i < kParts; ++i) store_part(p + i * kPartLanes, v.part[i]);
 }
 [[gnu::always_inline]] inline v16 splat(float x) {
-  const v8 s = (v8)_mm256_set1_ps(x);
-  return {s, s};
+  const vn s = splat_part(x);
+  KVFLASH_PER_PART(v16, s);
 }
 [[gnu::always_inline]] inline v16 as_float(v16u u) {
-  return {(v8)u.lo, (v8)u.hi};
+  KVFLASH_PER_PART(v16, (vn)u.part[i]);
 }
 [[gnu::always_inline]] inline v16u as_uint(v16 f) {
-  return {(v8u)f.lo, (v8u)f.hi};
+  KVFLASH_PER_PART(v16u, (vnu)f.part[i]);
 }
 // Lane-wise m ? a : b (m a comparison's mask).
 template <class V, class E>
-[[gnu::always_inline]] inline V16Pair<V, E> select(v16i m, V16Pair<V, E> a, V16Pair<V, E> b) {
-  return {m.lo ? a.lo : b.lo, m.hi ? a.hi : b.hi};
+[[gnu::always_inline]] inline V16Split<V, E> select(v16i m, V16Split<V, E> a, V16Split<V, E> b) {
+  KVFLASH_PER_PART(decltype(a), m.part[i] ? a.part[i] : b.part[i]);
 }
 [[gnu::always_inline]] inline v16 vmax(v16 a, v16 b) {  // a > b ? a : b
-  return {(v8)_mm256_max_ps((__m256)a.lo, (__m256)b.lo), (v8)_mm256_max_ps((__m256)a.hi, (__m256)b.hi)};
+#if KVFLASH_X86_SPLIT
+  KVFLASH_PER_PART(v16, (vn)_mm256_max_ps((__m256)a.part[i], (__m256)b.part[i]));
+#else
+  KVFLASH_PER_PART(v16, a.part[i] > b.part[i] ? a.part[i] : b.part[i]);
+#endif
 }
 [[gnu::always_inline]] inline v16 to_float(v16i v) {
-  return {__builtin_convertvector(v.lo, v8), __builtin_convertvector(v.hi, v8)};
+  KVFLASH_PER_PART(v16, __builtin_convertvector(v.part[i], vn));
 }
 [[gnu::always_inline]] inline v16i to_int(v16 v) {
-  return {__builtin_convertvector(v.lo, v8i), __builtin_convertvector(v.hi, v8i)};
+  KVFLASH_PER_PART(v16i, __builtin_convertvector(v.part[i], vni));
 }
 [[gnu::always_inline]] inline v16u as_u(v16i v) {
-  return {(v8u)v.lo, (v8u)v.hi};
+  KVFLASH_PER_PART(v16u, (vnu)v.part[i]);
 }
 [[gnu::always_inline]] inline float lane0(v16 v) {
-  return v.lo[0];
+  return v.part[0][0];
+}
+// Lanes 0 .. 15 (the lane numbers as values).
+[[gnu::always_inline]] inline v16i iota16() {
+  static constexpr int32_t kIota[kLanes] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  v16i r;
+  std::memcpy(&r, kIota, sizeof r);
+  return r;
 }
 #else
 inline v16 load(const float* p) {
@@ -216,25 +266,32 @@ template <class M, class V>
 [[gnu::always_inline]] inline float lane0(v16 v) {
   return v[0];
 }
+[[gnu::always_inline]] inline v16i iota16() {
+  return v16i{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+}
 #endif
-#if KVFLASH_V16_PAIR
-// Horizontal max / sum: the two halves folded, then halving within 8 lanes.
-inline float hmax(v16 v) {
-  v8 m = v.lo > v.hi ? v.lo : v.hi;
-  v8 t = __builtin_shufflevector(m, m, 4, 5, 6, 7, 0, 1, 2, 3);
-  m = m > t ? m : t;
-  t = __builtin_shufflevector(m, m, 2, 3, 0, 1, 6, 7, 4, 5);
-  m = m > t ? m : t;
-  t = __builtin_shufflevector(m, m, 1, 0, 3, 2, 5, 4, 7, 6);
-  m = m > t ? m : t;
+#if KVFLASH_V16_SPLIT
+// Horizontal max / sum: the parts folded, then halving within one part.
+template <class Op>
+[[gnu::always_inline]] inline float hreduce(v16 v, Op op) {
+  vn m = v.part[0];
+#pragma GCC unroll 4
+  for (int i = 1; i < kParts; ++i) m = op(m, v.part[i]);
+#if KVFLASH_X86_SPLIT
+  m = op(m, __builtin_shufflevector(m, m, 4, 5, 6, 7, 0, 1, 2, 3));
+  m = op(m, __builtin_shufflevector(m, m, 2, 3, 0, 1, 6, 7, 4, 5));
+  m = op(m, __builtin_shufflevector(m, m, 1, 0, 3, 2, 5, 4, 7, 6));
+#else
+  m = op(m, __builtin_shufflevector(m, m, 2, 3, 0, 1));
+  m = op(m, __builtin_shufflevector(m, m, 1, 0, 3, 2));
+#endif
   return m[0];
 }
+inline float hmax(v16 v) {
+  return hreduce(v, [](vn a, vn b) { return a > b ? a : b; });
+}
 inline float hsum(v16 v) {
-  v8 s = v.lo + v.hi;
-  s += __builtin_shufflevector(s, s, 4, 5, 6, 7, 0, 1, 2, 3);
-  s += __builtin_shufflevector(s, s, 2, 3, 0, 1, 6, 7, 4, 5);
-  s += __builtin_shufflevector(s, s, 1, 0, 3, 2, 5, 4, 7, 6);
-  return s[0];
+  return hreduce(v, [](vn a, vn b) { return a + b; });
 }
 #else
 // Horizontal max / sum by halving (4 shuffle + op steps instead of 15 scalar ones).
@@ -258,7 +315,7 @@ inline float hsum(v16 v) {
 // 2^f by a degree-6 polynomial (relative error ~2e-7, below float rounding of the sums it feeds).
 // Inputs under -87.3 would need a subnormal 2^n; they return 0, which is below the 2^-126
 // relative weight any term can have next to the row maximum (weight 1).
-inline v16 exp_neg(v16 x) {
+[[gnu::always_inline]] inline v16 exp_neg(v16 x) {
   const v16 t = x * 1.44269504088896341f;
   const v16 big = splat(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
   const v16 n = (t + big) - big;
@@ -281,9 +338,11 @@ inline v16 exp_neg(v16 x) {
 inline v16 half_to_float(const uint16_t* h) {
 #if defined(__AVX512F__)
   return (v16)_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)));
-#elif KVFLASH_V16_PAIR
-  return {(v8)_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h))),
-          (v8)_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 8)))};
+#elif KVFLASH_X86_SPLIT
+  return {{(vn)_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h))),
+           (vn)_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 8)))}};
+#elif KVFLASH_V16_SPLIT
+  KVFLASH_PER_PART(v16, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h + 4 * i))));
 #else
   v16u w;
   for (int i = 0; i < kLanes; ++i) w[i] = uint32_t{h[i]} << 16;
@@ -297,8 +356,10 @@ inline v16 half_to_float(const uint16_t* h) {
 }
 
 inline float half_to_float1(uint16_t h) {
-#if defined(__AVX512F__) || KVFLASH_V16_PAIR
+#if defined(__AVX512F__) || KVFLASH_X86_SPLIT
   return _cvtsh_ss(h);
+#elif KVFLASH_V16_SPLIT
+  return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
 #else
   const uint32_t w = uint32_t{h} << 16, sign = w & 0x80000000u, two_w = w + w;
   uint32_t bits;
@@ -332,9 +393,14 @@ inline uint16_t read_u16(const uint8_t* p) {
 inline v16i widen_u8(const uint8_t* p) {
 #if defined(__AVX512F__)
   return (v16i)_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-#elif KVFLASH_V16_PAIR
-  return {(v8i)_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))),
-          (v8i)_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8)))};
+#elif KVFLASH_X86_SPLIT
+  return {{(vni)_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))),
+           (vni)_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8)))}};
+#elif KVFLASH_V16_SPLIT
+  const uint8x16_t b = vld1q_u8(p);
+  const uint16x8_t lo = vmovl_u8(vget_low_u8(b)), hi = vmovl_high_u8(b);
+  return {{(vni)vmovl_u16(vget_low_u16(lo)), (vni)vmovl_high_u16(lo),
+           (vni)vmovl_u16(vget_low_u16(hi)), (vni)vmovl_high_u16(hi)}};
 #else
   v16i r;
   for (int i = 0; i < kLanes; ++i) r[i] = p[i];
@@ -344,9 +410,14 @@ inline v16i widen_u8(const uint8_t* p) {
 inline v16i widen_s8(const uint8_t* p) {
 #if defined(__AVX512F__)
   return (v16i)_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-#elif KVFLASH_V16_PAIR
-  return {(v8i)_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))),
-          (v8i)_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8)))};
+#elif KVFLASH_X86_SPLIT
+  return {{(vni)_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))),
+           (vni)_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8)))}};
+#elif KVFLASH_V16_SPLIT
+  const int8x16_t b = vreinterpretq_s8_u8(vld1q_u8(p));
+  const int16x8_t lo = vmovl_s8(vget_low_s8(b)), hi = vmovl_high_s8(b);
+  return {{(vni)vmovl_s16(vget_low_s16(lo)), (vni)vmovl_high_s16(lo),
+           (vni)vmovl_s16(vget_low_s16(hi)), (vni)vmovl_high_s16(hi)}};
 #else
   v16i r;
   for (int i = 0; i < kLanes; ++i) r[i] = static_cast<int8_t>(p[i]);
@@ -378,12 +449,17 @@ inline v16i widen_s8(const uint8_t* p) {
     const __m512i w =
         _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * d)));
     store(dst + (d) / kLanes * vs, (v16)_mm512_slli_epi32(w, 16));
-#elif KVFLASH_V16_PAIR
+#elif KVFLASH_X86_SPLIT
     const auto half = [](const uint8_t* s) {
-      return (v8)_mm256_slli_epi32(
+      return (vn)_mm256_slli_epi32(
           _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s))), 16);
     };
-    store(dst + (d) / kLanes * vs, v16{half(src + 2 * d), half(src + 2 * d + 16)});
+    store(dst + (d) / kLanes * vs, v16{{half(src + 2 * d), half(src + 2 * d + 16)}});
+#elif KVFLASH_V16_SPLIT
+    const auto bf16 = [&]() -> v16 {
+      KVFLASH_PER_PART(v16, (vn)vshll_n_u16(vreinterpret_u16_u8(vld1_u8(src + 2 * d + 8 * i)), 16));
+    };
+    store(dst + (d) / kLanes * vs, bf16());
 #else
     v16u w;
     for (int i = 0; i < kLanes; ++i) w[i] = uint32_t{read_u16(src + 2 * (d + i))} << 16;
@@ -398,8 +474,7 @@ inline v16i widen_s8(const uint8_t* p) {
     const float d = half_to_float1(read_u16(blk));
     const uint8_t* qs = blk + offsetof(BlockQ8_0, qs);
     store(dst + (b * kQ8_0Values) / kLanes * vs, to_float(widen_s8(qs)) * d);
-    store(dst + (b * kQ8_0Values + kLanes) / kLanes * vs,
-          to_float(widen_s8(qs + kLanes)) * d);
+    store(dst + (b * kQ8_0Values + kLanes) / kLanes * vs, to_float(widen_s8(qs + kLanes)) * d);
   }
 }
 // fp8 -> fp32 for 16 values, exact (formats.hpp): E5M2 is an fp16's top byte; E4M3 sits in an fp16
@@ -422,7 +497,7 @@ inline v16 fp8_to_float(const uint8_t* p) {
     const __mmask16 nan = _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7F));
     return (v16)_mm512_mask_mov_ps(f, nan, _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
   }
-#elif KVFLASH_V16_PAIR
+#elif KVFLASH_X86_SPLIT
   // All 16 as fp16 in 16-bit lanes (the NaN codes made fp16 NaNs there), then 2 x 8 fp16 -> fp32.
   const __m256i c = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   __m256i h;
@@ -435,8 +510,28 @@ inline v16 fp8_to_float(const uint8_t* p) {
     const __m256i nan = _mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x7F));
     h = _mm256_or_si256(h, _mm256_and_si256(nan, _mm256_set1_epi16(0x7E00)));
   }
-  v16 r = {(v8)_mm256_cvtph_ps(_mm256_castsi256_si128(h)),
-           (v8)_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1))};
+  v16 r = {{(vn)_mm256_cvtph_ps(_mm256_castsi256_si128(h)),
+            (vn)_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1))}};
+  if constexpr (T == KvType::fp8_e4m3) r = r * 256.0f;
+  return r;
+#elif KVFLASH_V16_SPLIT
+  // As AVX2: 8 values at a time as fp16 in 16-bit lanes, then 2 x 4 fp16 -> fp32.
+  const uint8x16_t b = vld1q_u8(p);
+  const uint16x8_t c[2] = {vmovl_u8(vget_low_u8(b)), vmovl_high_u8(b)};
+  v16 r;
+#pragma GCC unroll 2
+  for (int k = 0; k < 2; ++k) {
+    uint16x8_t h;
+    if constexpr (T == KvType::fp8_e5m2) {
+      h = vshlq_n_u16(c[k], 8);
+    } else {
+      const uint16x8_t mag = vandq_u16(c[k], vdupq_n_u16(0x7F));
+      h = vorrq_u16(vshlq_n_u16(vandq_u16(c[k], vdupq_n_u16(0x80)), 8), vshlq_n_u16(mag, 7));
+      h = vorrq_u16(h, vandq_u16(vceqq_u16(mag, vdupq_n_u16(0x7F)), vdupq_n_u16(0x7E00)));
+    }
+    r.part[2 * k] = (vn)vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h)));
+    r.part[2 * k + 1] = (vn)vcvt_high_f32_f16(vreinterpretq_f16_u16(h));
+  }
   if constexpr (T == KvType::fp8_e4m3) r = r * 256.0f;
   return r;
 #else
@@ -457,15 +552,21 @@ template <KvType T>
 inline v16 lookup(const v16i& code, const v16& table) {
 #if defined(__AVX512F__)
   return (v16)_mm512_permutexvar_ps((__m512i)code, (__m512)table);
-#elif KVFLASH_V16_PAIR
+#elif KVFLASH_X86_SPLIT
   // Entries 0-7 and 8-15 by one vpermps each (bits 0..2), bit 3 picks between them.
-  const auto half = [&](v8i c) {
+  const auto half = [&](vni c) {
     const __m256i i = (__m256i)c;
-    const __m256 lo = _mm256_permutevar8x32_ps((__m256)table.lo, i);
-    const __m256 hi = _mm256_permutevar8x32_ps((__m256)table.hi, i);
-    return (v8)_mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(i, 28)));
+    const __m256 lo = _mm256_permutevar8x32_ps((__m256)table.part[0], i);
+    const __m256 hi = _mm256_permutevar8x32_ps((__m256)table.part[1], i);
+    return (vn)_mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(i, 28)));
   };
-  return {half(code.lo), half(code.hi)};
+  return {{half(code.part[0]), half(code.part[1])}};
+#elif KVFLASH_V16_SPLIT
+  // One byte lookup in the 64-byte table per 4 lanes: lane code c reads bytes 4c .. 4c + 3.
+  const uint8x16x4_t t = {{(uint8x16_t)table.part[0], (uint8x16_t)table.part[1],
+                           (uint8x16_t)table.part[2], (uint8x16_t)table.part[3]}};
+  KVFLASH_PER_PART(
+      v16, (vn)vqtbl4q_u8(t, (uint8x16_t)(((vnu)code.part[i] & 15u) * 0x04040404u + 0x03020100u)));
 #else
   v16 r;
   for (int i = 0; i < kLanes; ++i) r[i] = table[code[i] & (kLanes - 1)];  // bits 0..3, as vpermps
@@ -477,11 +578,11 @@ inline v16 lookup(const v16i& code, const v16& table) {
 // in pairs one vpermps of the low half reads them (bits 0..2); turbo4 needs all 16.
 template <int Bits>
 [[gnu::always_inline]] inline v16 lookup_turbo(const v16i& code, const v16& table) {
-#if KVFLASH_V16_PAIR
+#if KVFLASH_X86_SPLIT
   if constexpr (Bits < 4) {
-    const __m256 t = (__m256)table.lo;
-    return {(v8)_mm256_permutevar8x32_ps(t, (__m256i)code.lo),
-            (v8)_mm256_permutevar8x32_ps(t, (__m256i)code.hi)};
+    const __m256 t = (__m256)table.part[0];
+    return {{(vn)_mm256_permutevar8x32_ps(t, (__m256i)code.part[0]),
+             (vn)_mm256_permutevar8x32_ps(t, (__m256i)code.part[1])}};
   }
 #endif
   return lookup(code, table);
@@ -492,17 +593,18 @@ template <int Bits>
 // bits of each lane, so the low nibbles need no mask. 5 instructions per 32 values where
 // convert + FMA took 8; exact (d has 11 significant bits, q - 8 four).
 inline v16 q4_0_table(const uint8_t* blk) {
-#if KVFLASH_V16_PAIR
-  constexpr v16 kCodes = {{-8, -7, -6, -5, -4, -3, -2, -1}, {0, 1, 2, 3, 4, 5, 6, 7}};
+#if KVFLASH_V16_SPLIT
+  static constexpr float kValues[kLanes] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+  const v16 kCodes = load(kValues);
 #else
   constexpr v16 kCodes = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
 #endif
   return kCodes * half_to_float1(read_u16(blk));
 }
-// Pairs: d * q - 8d by convert and FMA (exact: d * q has 15 significant bits), fewer
+// Split: d * q - 8d by convert and FMA (exact: d * q has 15 significant bits), fewer
 // instructions than two vpermps and a blend per 8 values.
 [[gnu::always_inline]] inline void q4_0_values(const uint8_t* blk, v16& a, v16& b) {
-#if KVFLASH_V16_PAIR
+#if KVFLASH_V16_SPLIT
   const float d = half_to_float1(read_u16(blk));
   const v16 dd = splat(d), off = splat(-8.0f * d);
   const v16i q = widen_u8(blk + offsetof(BlockQ4_0, qs));
@@ -519,7 +621,7 @@ inline v16 q4_0_table(const uint8_t* blk) {
                                             const float*) {
   for (int32_t b = 0; b < n / kQ4_0Values; ++b) {
     const uint8_t* blk = src + b * sizeof(BlockQ4_0);
-#if KVFLASH_V16_PAIR
+#if KVFLASH_V16_SPLIT
     v16 lo, hi;
     q4_0_values(blk, lo, hi);
     store(dst + (b * kQ4_0Values) / kLanes * vs, lo);
@@ -690,12 +792,12 @@ struct CentroidTable {
 
 // Sixteen dot products reduced at once: acc[j] holds lane partials of key j; returns the vector
 // whose lane j is the sum of acc[j]. Four levels of pairwise shuffle-and-add keep key order.
-#if KVFLASH_V16_PAIR
-// Pair form: each acc[j]'s halves added, then two 8 x 8 transposing reductions (lane j of the
-// result from acc[j] and acc[j + 4] paired in 128-bit halves first, so that the in-lane shuffles
-// of the last two levels leave the keys in order).
-[[gnu::always_inline]] inline v8 reduce8(const v8 (&s)[8]) {
-  v8 t[4], u[2];
+#if KVFLASH_X86_SPLIT
+// Split form (AVX2): two 8 x 8 transposing reductions (lane j of the result from acc[j] and
+// acc[j + 4] paired in 128-bit halves first, so that the in-lane shuffles of the last two levels
+// leave the keys in order).
+[[gnu::always_inline]] inline vn reduce_part(const vn (&s)[kPartLanes]) {
+  vn t[4], u[2];
 #pragma GCC unroll 4
   for (int i = 0; i < 4; ++i)
     t[i] = __builtin_shufflevector(s[i], s[i + 4], 0, 1, 2, 3, 8, 9, 10, 11) +
@@ -707,14 +809,14 @@ struct CentroidTable {
   return __builtin_shufflevector(u[0], u[1], 0, 2, 8, 10, 4, 6, 12, 14) +
          __builtin_shufflevector(u[0], u[1], 1, 3, 9, 11, 5, 7, 13, 15);
 }
-[[gnu::always_inline]] inline v16 reduce16(v16 (&acc)[kLanes]) {
-  v8 lo[8], hi[8];
-#pragma GCC unroll 8
-  for (int j = 0; j < 8; ++j) {
-    lo[j] = acc[j].lo + acc[j].hi;
-    hi[j] = acc[j + 8].lo + acc[j + 8].hi;
-  }
-  return {reduce8(lo), reduce8(hi)};
+#elif KVFLASH_V16_SPLIT
+// Split form (NEON): one 4 x 4 transposing reduction.
+[[gnu::always_inline]] inline vn reduce_part(const vn (&s)[kPartLanes]) {
+  const vn t0 = __builtin_shufflevector(s[0], s[1], 0, 4, 2, 6) +
+                __builtin_shufflevector(s[0], s[1], 1, 5, 3, 7);
+  const vn t1 = __builtin_shufflevector(s[2], s[3], 0, 4, 2, 6) +
+                __builtin_shufflevector(s[2], s[3], 1, 5, 3, 7);
+  return __builtin_shufflevector(t0, t1, 0, 1, 4, 5) + __builtin_shufflevector(t0, t1, 2, 3, 6, 7);
 }
 #else
 template <class V>
@@ -746,18 +848,18 @@ template <class V>
 #endif
 
 // The scores' accumulators: one per (row, key) of a step, kAccLanes of them reduced at once.
-// Native: 16-lane vectors (reduce16). Pairs: 8-lane ones, each FMA adding both halves of a
-// product into one (16 accumulators of two registers would not fit AVX2's 16 registers); J =
-// kAccLanes / R keys per step.
-#if KVFLASH_V16_PAIR
-using vacc = v8;
-constexpr int kAccLanes = 8;
+// Native: 16-lane vectors (reduce16). Split: one native vector each, each FMA adding every part
+// of a product into one (16 accumulators of several registers would not fit AVX2's 16 registers
+// or NEON's 32); J = kAccLanes / R keys per step.
+#if KVFLASH_V16_SPLIT
+using vacc = vn;
+constexpr int kAccLanes = kPartLanes;
 [[gnu::always_inline]] inline void fma_acc(vacc& acc, v16 q, v16 k) {
-  acc += q.lo * k.lo;
-  acc += q.hi * k.hi;
+#pragma GCC unroll 4
+  for (int i = 0; i < kParts; ++i) acc += q.part[i] * k.part[i];
 }
 [[gnu::always_inline]] inline vacc reduce_acc(vacc (&acc)[kAccLanes]) {
-  return reduce8(acc);
+  return reduce_part(acc);
 }
 #else
 using vacc = v16;
@@ -1119,9 +1221,8 @@ void attend_head(const AttendParams& p, const Context<Rows>& ctx,
       const bool whole = jlo == 0 && jhi == kKeyChunk - 1;  // decode: every chunk but the last
       for (int32_t c = 0; c < kChunkVecs; ++c) {
         if (!whole) {
-#if KVFLASH_V16_PAIR
-          const v16i pos =
-              v16i{{0, 1, 2, 3, 4, 5, 6, 7}, {8, 9, 10, 11, 12, 13, 14, 15}} + c * kLanes;
+#if KVFLASH_V16_SPLIT
+          const v16i pos = iota16() + c * kLanes;
 #else
           v16i pos;
           for (int k = 0; k < kLanes; ++k) pos[k] = c * kLanes + k;

@@ -324,8 +324,11 @@ std::optional<std::string> reject_no_turbo(const AttentionProblem& p) {
 // process, on stderr).
 void plan_cpu_portable(Plan& plan) {
   static const bool warned = [] {
-  // (a processor with AVX-512 has AVX2, a build with the AVX-512 kernels the AVX2 ones)
-#if defined(KVFLASH_CPU_AVX2)
+  // (a processor with AVX-512 has AVX2, a build with the AVX-512 kernels the AVX2 ones; every
+  // AArch64 processor has NEON)
+#if defined(KVFLASH_CPU_NEON)
+    const std::optional<std::string> w = portable_only_warning(true, true);
+#elif defined(KVFLASH_CPU_AVX2)
     const std::optional<std::string> w = portable_only_warning(true, cpu_has_avx2());
 #elif defined(KVFLASH_CPU_AVX512)
     const std::optional<std::string> w = portable_only_warning(true, cpu_has_avx512());
@@ -360,18 +363,19 @@ KernelCandidate make_candidate(std::string name, int priority, KernelFn fn, bool
 
 }  // namespace
 
-std::optional<std::string> portable_only_warning(bool built_x86, bool cpu_x86) {
-  if (built_x86 && cpu_x86) return std::nullopt;
+std::optional<std::string> portable_only_warning(bool built_simd, bool cpu_simd) {
+  if (built_simd && cpu_simd) return std::nullopt;
   return fmt::format(
       "kvflash: warning: the CPU kernels run their portable build, {}: expect 15-20x the time of "
-      "the AVX2 and AVX-512 kernels (NEON kernels are not written yet)",
-      built_x86 ? "this processor lacks AVX2 with F16C and FMA"
-                : "this library was built without the AVX2 and AVX-512 kernels (not x86-64)");
+      "the AVX2, AVX-512 and NEON kernels",
+      built_simd ? "this processor lacks AVX2 with F16C and FMA"
+                 : "this library was built without the AVX2, AVX-512 and NEON kernels (neither "
+                   "x86-64 nor AArch64)");
 }
 
 // Priorities: a decode kernel beats prefill for the problems both accept (its tile holds every
-// query token); AVX-512 beats AVX2, AVX2 beats portable, and the VNNI build beats AVX-512 for turbo
-// K or V. The portable pair covers the whole space on any CPU.
+// query token); AVX-512 beats AVX2, AVX2 (or, on AArch64, NEON) beats portable, and the VNNI build
+// beats AVX-512 for turbo K or V. The portable pair covers the whole space on any CPU.
 void register_kernels(std::vector<KernelCandidate>& out) {
 #if defined(KVFLASH_CPU_AVX512)
   {
@@ -386,6 +390,10 @@ void register_kernels(std::vector<KernelCandidate>& out) {
 #if defined(KVFLASH_CPU_AVX2)
   out.push_back(make_candidate("cpu.decode.avx2", 150, attend_avx2, true, reject_no_avx2));
   out.push_back(make_candidate("cpu.prefill.avx2", 140, attend_avx2, false, reject_no_avx2));
+#endif
+#if defined(KVFLASH_CPU_NEON)  // NEON is part of every AArch64 processor: no guard
+  out.push_back(make_candidate("cpu.decode.neon", 150, attend_neon, true, nullptr));
+  out.push_back(make_candidate("cpu.prefill.neon", 140, attend_neon, false, nullptr));
 #endif
   out.push_back(make_candidate("cpu.decode.portable", 100, attend_portable, true, nullptr));
   out.push_back(make_candidate("cpu.prefill.portable", 90, attend_portable, false, nullptr));

@@ -14,11 +14,11 @@ namespace kvflash::cpu {
 void register_kernels(std::vector<KernelCandidate>& out);
 
 // The warning a plan on the portable kernel prints once per process where it is all this machine
-// has (issue 44: 15-20x slower than the AVX2 and AVX-512 kernels), or nullopt: built_x86, whether
-// the library has the x86 kernels (AVX2, AVX-512); cpu_x86, whether this processor runs one of
-// them. A portable plan forced on a machine that has them (KVFLASH_FORCE_KERNEL, the tests) prints
-// nothing.
-std::optional<std::string> portable_only_warning(bool built_x86, bool cpu_x86);
+// has (issue 44: 15-20x slower than the AVX2, AVX-512 and NEON kernels), or nullopt: built_simd,
+// whether the library has vector kernels (x86-64: AVX2, AVX-512; AArch64: NEON); cpu_simd, whether
+// this processor runs one of them. A portable plan forced on a machine that has them
+// (KVFLASH_FORCE_KERNEL, the tests) prints nothing.
+std::optional<std::string> portable_only_warning(bool built_simd, bool cpu_simd);
 
 // The CPU backend as the core sees it: its candidates and its threads (ThreadPool::process()); no
 // device services.
