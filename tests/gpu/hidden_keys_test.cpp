@@ -31,7 +31,6 @@ void hide_by_mask(HostInputs& in, int32_t s, int32_t queries, int64_t j) {
         -std::numeric_limits<float>::infinity();
 }
 
-// The plan run once on the device over `in`'s tensors, its outputs read back.
 // Two sequences of n_q_tokens queries, causal, over K/V types k and v (the cases' common shape).
 AttentionProblem two_sequences(int32_t n_q_tokens, int32_t n_q_heads, int32_t n_kv_heads, KvType k,
                                KvType v, int64_t kv_capacity) {
@@ -47,6 +46,7 @@ AttentionProblem two_sequences(int32_t n_q_tokens, int32_t n_q_heads, int32_t n_
   return p;
 }
 
+// The plan run once on the device over `in`'s tensors, its outputs read back.
 Expected<HostOutputs> run_once(const Plan& pl, const HostInputs& in) {
   Expected<gpu::Stream> stream = gpu::Stream::create();
   if (!stream) return stream.error();

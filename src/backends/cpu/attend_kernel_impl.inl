@@ -266,9 +266,6 @@ template <class M, class V>
 [[gnu::always_inline]] inline float lane0(v16 v) {
   return v[0];
 }
-[[gnu::always_inline]] inline v16i iota16() {
-  return v16i{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-}
 #endif
 #if KVFLASH_V16_SPLIT
 // Horizontal max / sum: the parts folded, then halving within one part.
